@@ -1,0 +1,40 @@
+"""Wire models shared by the P-FTP coordinator, client and agent.
+
+This package is the single definition of what crosses the network between the
+three programs; none of them copies these shapes. Field names follow the
+contract in the coordinator issue exactly.
+"""
+
+from pftp_wire.models import (
+    API_PREFIX,
+    ANNOUNCE_PORT,
+    Announcement,
+    Assignment,
+    AssignmentRequest,
+    AssignmentResponse,
+    Backup,
+    DownloadReport,
+    FileInfo,
+    MirrorReport,
+    Protocol,
+    ReportAck,
+    UtilizationBatch,
+    UtilizationSample,
+)
+
+__all__ = [
+    "API_PREFIX",
+    "ANNOUNCE_PORT",
+    "Announcement",
+    "Assignment",
+    "AssignmentRequest",
+    "AssignmentResponse",
+    "Backup",
+    "DownloadReport",
+    "FileInfo",
+    "MirrorReport",
+    "Protocol",
+    "ReportAck",
+    "UtilizationBatch",
+    "UtilizationSample",
+]
