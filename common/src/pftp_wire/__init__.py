@@ -6,8 +6,8 @@ contract in the coordinator issue exactly.
 """
 
 from pftp_wire.models import (
-    API_PREFIX,
     ANNOUNCE_PORT,
+    API_PREFIX,
     Announcement,
     Assignment,
     AssignmentRequest,
@@ -23,8 +23,8 @@ from pftp_wire.models import (
 )
 
 __all__ = [
-    "API_PREFIX",
     "ANNOUNCE_PORT",
+    "API_PREFIX",
     "Announcement",
     "Assignment",
     "AssignmentRequest",

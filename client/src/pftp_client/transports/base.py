@@ -1,0 +1,115 @@
+"""The contract between the download engine and a protocol (FTP, HTTP).
+
+One ``RangeFetcher`` belongs to one flow (one mirror connection). It may keep its
+control connection open between ranges (FTP) or reuse a keep-alive connection
+(HTTP). The engine calls ``fetch`` repeatedly with the next piece of work.
+
+Ranges can shrink while they are being fetched: another flow may steal the end
+of this one (tail handling, paper 000) or the engine may cut a slow flow short
+(paper 001, Slow-Server-Algo). The fetcher therefore re-reads ``end.value``
+after every receive and stops as soon as it has delivered everything below it.
+It must never deliver a byte at or beyond the current end, and never a byte at
+the wrong offset (a server that ignores REST/Range is detected, not trusted).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class TransferError(Exception):
+    """Base for every transport failure; ``transient`` says whether a retry on the
+    same mirror may succeed (4xx FTP replies, 503, timeouts) or not."""
+
+    transient: bool = False
+
+    def __init__(self, message: str, *, transient: bool | None = None) -> None:
+        super().__init__(message)
+        if transient is not None:
+            self.transient = transient
+
+
+class TransientError(TransferError):
+    transient = True
+
+
+class PermanentError(TransferError):
+    """File missing, login refused, protocol unsupported: do not retry here."""
+
+
+class RangeNotHonoured(PermanentError):
+    """The server ignored REST or Range (would send bytes from the wrong offset)."""
+
+
+class StallError(TransientError):
+    """No byte arrived for longer than the stall timeout."""
+
+
+class PrematureEnd(TransientError):
+    """The server closed the data stream before the assigned end."""
+
+
+class Cancelled(TransferError):
+    """The engine asked this flow to stop (dropped for congestion, shutdown)."""
+
+
+@dataclass
+class RangeEnd:
+    """Exclusive end of the range being fetched; lowered concurrently by the engine.
+
+    Only ``lower_to`` changes it, so it can only shrink, which is what makes
+    lock-free reads in the fetcher's receive loop safe.
+    """
+
+    value: int
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def lower_to(self, new_end: int) -> int:
+        """Lower the end to ``max(new_end, floor)`` semantics are the caller's;
+        returns the end actually in force."""
+        with self._lock:
+            if new_end < self.value:
+                self.value = new_end
+            return self.value
+
+
+# sink(offset, data, arrival_ns): called for each received block, in order.
+# arrival_ns is time.monotonic_ns() taken right after the receive call returned;
+# the shared-congestion detector uses these as application-level timestamps.
+DataSink = Callable[[int, memoryview, int], None]
+
+
+class RangeFetcher(Protocol):
+    url: str
+
+    def fetch(
+        self,
+        offset: int,
+        end: RangeEnd,
+        sink: DataSink,
+        cancel: threading.Event,
+    ) -> int:
+        """Deliver bytes [offset, end.value) to ``sink`` in order and return the
+        number of bytes delivered. Returns early (without error) when ``end``
+        is lowered to or below the next byte. Raises ``Cancelled`` when
+        ``cancel`` is set, ``TransferError`` subclasses on failure; bytes
+        already passed to ``sink`` before an error are valid and kept."""
+        ...
+
+    def size(self) -> int | None:
+        """Size of the remote file as the server reports it (SIZE / HEAD), if known."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; safe to call twice."""
+        ...
+
+
+def open_fetcher(url: str, *, timeout: float = 30.0, stall_timeout: float = 15.0) -> RangeFetcher:
+    """Create a fetcher for ``url`` by scheme (ftp://, http://, https://)."""
+    from pftp_client.transports.registry import fetcher_for_url
+
+    return fetcher_for_url(url, timeout=timeout, stall_timeout=stall_timeout)

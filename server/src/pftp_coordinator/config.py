@@ -1,0 +1,144 @@
+"""The coordinator's one settings object: env vars (PFTP_*), then a TOML config file.
+
+Precedence: explicit env var > config file (PFTP_CONFIG or /etc/pftp/coordinator.toml)
+> defaults. Validated once at start; a bad value stops the program with a message.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+DEFAULT_CONFIG_PATH = Path("/etc/pftp/coordinator.toml")
+DEV_ADMIN_TOKEN = "change-me"
+
+
+class RankingWeights(BaseModel):
+    """Weights of the optimization variables in the weighted average (paper 004, 3.2.2).
+
+    Direct variables: bigger is better (eq. 1); inverse: smaller is better (paper 001,
+    eq. 2-3). Weights need not sum to 1: they are normalised over the variables a
+    mirror set actually has data for.
+    """
+
+    bandwidth: float = Field(default=3.0, ge=0)  # direct: available/bottleneck bandwidth
+    rtt: float = Field(default=1.0, ge=0)  # inverse
+    loss: float = Field(default=1.0, ge=0)  # inverse
+    cpu: float = Field(default=0.5, ge=0)  # inverse: mirror CPU utilization
+    memory: float = Field(default=0.25, ge=0)  # inverse: mirror memory utilization
+    demand: float = Field(default=0.5, ge=0)  # inverse: fewer replicas = scarcer
+    throughput: float = Field(default=3.0, ge=0)  # direct: client-reported history
+    predicted_time: float = Field(default=2.0, ge=0)  # inverse: paper 004 eq. 3
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="PFTP_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    # Storage: PostgreSQL when a URL is given; SQLite in data_dir otherwise.
+    database_url: str | None = None
+    data_dir: Path = (
+        Path(os.environ.get("XDG_DATA_HOME", str(Path.home() / ".local/share"))) / "pftp"
+    )
+
+    # HTTP API
+    host: str = "127.0.0.1"
+    port: int = Field(default=8470, ge=1, le=65535)
+    admin_token: str = DEV_ADMIN_TOKEN
+    environment: str = "development"  # "production" refuses the default admin token
+    public_url: str | None = None  # what announcements advertise
+
+    # Ranking and selection
+    weights: RankingWeights = Field(default_factory=RankingWeights)
+    probe_half_life_s: float = Field(default=1800.0, gt=0)  # old measurements count less
+    stale_after_s: float = Field(default=6 * 3600.0, gt=0)  # beyond: ignored
+    min_portion_bytes: int = Field(default=1 << 20, ge=1)
+    max_mirrors: int = Field(default=8, ge=1)
+    backup_count: int = Field(default=3, ge=0)
+    balanced_threshold_rps: float = Field(default=50.0, gt=0)  # above: balanced mode
+    snapshot_refresh_s: float = Field(default=2.0, gt=0)  # ranking-input cache freshness
+
+    # Scheduler
+    scheduler_enabled: bool = True
+    probe_interval_s: float = Field(default=300.0, gt=0)
+    probe_jitter_s: float = Field(default=30.0, ge=0)
+    probe_timeout_s: float = Field(default=10.0, gt=0)
+    probe_concurrency: int = Field(default=8, ge=1)
+    throughput_probe_bytes: int = Field(default=512 * 1024, ge=1024)
+    scan_interval_s: float = Field(default=3600.0, gt=0)
+    predictor_refit_interval_s: float = Field(default=600.0, gt=0)
+    retention_interval_s: float = Field(default=3600.0, gt=0)
+    retention_days: float = Field(default=30.0, gt=0)  # raw samples kept this long
+    down_after_failures: int = Field(default=3, ge=1)
+
+    # Discovery (paper 004, 3.2.3-3.2.4)
+    announce_enabled: bool = False
+    announce_interval_s: float = Field(default=5.0, gt=0)
+    announce_priority: int = 100
+    announce_address: str = "255.255.255.255"
+
+    log_level: str = "INFO"
+    log_json: bool = False
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = Path(os.environ.get("PFTP_CONFIG", str(DEFAULT_CONFIG_PATH)))
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if path.is_file():
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+    @field_validator("database_url")
+    @classmethod
+    def _normalise_db_url(cls, v: str | None) -> str | None:
+        # Accept what admins paste (postgres://, postgresql://) and pin the driver.
+        if not v:
+            return None
+        for prefix in ("postgres://", "postgresql://"):
+            if v.startswith(prefix):
+                return "postgresql+psycopg://" + v[len(prefix) :]
+        return v
+
+    @model_validator(mode="after")
+    def _refuse_default_secret(self) -> Settings:
+        if self.environment == "production" and self.admin_token == DEV_ADMIN_TOKEN:
+            raise ValueError("PFTP_ADMIN_TOKEN must be set to a secret in production")
+        return self
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'coordinator.db'}"
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """Parse a TOML config file, with the file name in the error."""
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"cannot read config file {path}: {exc}") from exc
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
