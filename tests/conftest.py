@@ -8,13 +8,17 @@ from collections.abc import Iterator
 
 import pytest
 
-PG_ADMIN_URL = os.environ.get("PFTP_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN_URL = os.environ.get(
+    "PFTP_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
 
 
 def _pg_admin_connect():
     import psycopg
 
-    return psycopg.connect(PG_ADMIN_URL.replace("postgresql+psycopg://", "postgresql://"), autocommit=True)
+    return psycopg.connect(
+        PG_ADMIN_URL.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
+    )
 
 
 @pytest.fixture(scope="session")

@@ -1,15 +1,25 @@
+import pftp_wire
 import pydantic
 import pytest
-
-import pftp_wire
 from pftp_wire import AssignmentRequest, AssignmentResponse, FileInfo
 
 
 def test_public_api_is_deliberate():
     assert set(pftp_wire.__all__) == {
-        "API_PREFIX", "ANNOUNCE_PORT", "Announcement", "Assignment", "AssignmentRequest",
-        "AssignmentResponse", "Backup", "DownloadReport", "FileInfo", "MirrorReport", "Protocol",
-        "ReportAck", "UtilizationBatch", "UtilizationSample",
+        "API_PREFIX",
+        "ANNOUNCE_PORT",
+        "Announcement",
+        "Assignment",
+        "AssignmentRequest",
+        "AssignmentResponse",
+        "Backup",
+        "DownloadReport",
+        "FileInfo",
+        "MirrorReport",
+        "Protocol",
+        "ReportAck",
+        "UtilizationBatch",
+        "UtilizationSample",
     }
 
 
@@ -35,13 +45,29 @@ def test_file_info_rejects_bad_hashes():
 def test_response_round_trip_keeps_contract_keys():
     body = {
         "request_id": "r1",
-        "file": {"name": "x", "size": 10, "sha256": "a" * 64, "piece_size": None, "piece_sha256": None},
-        "assignments": [{"mirror": "m1", "url": "ftp://h/x", "offset": 0, "length": 10,
-                         "suitability": 1.0, "expected_bps": 1e6}],
+        "file": {
+            "name": "x",
+            "size": 10,
+            "sha256": "a" * 64,
+            "piece_size": None,
+            "piece_sha256": None,
+        },
+        "assignments": [
+            {
+                "mirror": "m1",
+                "url": "ftp://h/x",
+                "offset": 0,
+                "length": 10,
+                "suitability": 1.0,
+                "expected_bps": 1e6,
+            }
+        ],
         "backups": [],
         "mode": "ranked",
     }
     resp = AssignmentResponse.model_validate(body)
     dumped = resp.model_dump()
     assert set(dumped) == {"request_id", "file", "assignments", "backups", "mode"}
-    assert {"mirror", "url", "offset", "length", "suitability", "expected_bps"} <= set(dumped["assignments"][0])
+    assert {"mirror", "url", "offset", "length", "suitability", "expected_bps"} <= set(
+        dumped["assignments"][0]
+    )
