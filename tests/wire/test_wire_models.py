@@ -18,6 +18,7 @@ def test_public_api_is_deliberate():
         "MirrorReport",
         "Protocol",
         "ReportAck",
+        "SamplesAck",
         "UtilizationBatch",
         "UtilizationSample",
     }

@@ -18,6 +18,7 @@ from pftp_wire.models import (
     MirrorReport,
     Protocol,
     ReportAck,
+    SamplesAck,
     UtilizationBatch,
     UtilizationSample,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "MirrorReport",
     "Protocol",
     "ReportAck",
+    "SamplesAck",
     "UtilizationBatch",
     "UtilizationSample",
 ]

@@ -127,6 +127,11 @@ class UtilizationBatch(_Wire):
     samples: list[UtilizationSample] = Field(min_length=1, max_length=10_000)
 
 
+class SamplesAck(_Wire):
+    accepted: int = Field(ge=0)
+    mirror: str | None = None
+
+
 # --- coordinator -> campus: UDP announcement (paper 004, 3.2.4) -------------------
 
 

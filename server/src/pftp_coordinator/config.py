@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pftp_wire import ANNOUNCE_PORT
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -69,6 +70,9 @@ class Settings(BaseSettings):
     backup_count: int = Field(default=3, ge=0)
     balanced_threshold_rps: float = Field(default=50.0, gt=0)  # above: balanced mode
     snapshot_refresh_s: float = Field(default=2.0, gt=0)  # ranking-input cache freshness
+    # Mirror pairs a client saw behind one congested link are not assigned together
+    # for this long after the last such report (paper 001, Shared-Con-Algo).
+    congestion_penalty_s: float = Field(default=1800.0, gt=0)
 
     # Scheduler
     scheduler_enabled: bool = True
@@ -87,7 +91,10 @@ class Settings(BaseSettings):
     announce_enabled: bool = False
     announce_interval_s: float = Field(default=5.0, gt=0)
     announce_priority: int = 100
-    announce_address: str = "255.255.255.255"
+    announce_address: str = "255.255.255.255"  # comma-separated broadcast addresses
+    announce_port: int = Field(default=ANNOUNCE_PORT, ge=1, le=65535)
+    # A backup takes over after this many announcement intervals without a better one.
+    announce_takeover_misses: int = Field(default=3, ge=1)
 
     log_level: str = "INFO"
     log_json: bool = False

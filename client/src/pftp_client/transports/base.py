@@ -68,12 +68,32 @@ class RangeEnd:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def lower_to(self, new_end: int) -> int:
-        """Lower the end to ``max(new_end, floor)`` semantics are the caller's;
-        returns the end actually in force."""
+        """Lower the end to ``new_end`` if that is below the current end (any
+        floor, e.g. "not below what was already received", is the caller's
+        business); returns the end actually in force."""
         with self._lock:
             if new_end < self.value:
                 self.value = new_end
             return self.value
+
+    def deliver(self, sink: DataSink, offset: int, block: memoryview, arrival_ns: int) -> int:
+        """Pass the part of ``block`` (which starts at ``offset``) that lies below
+        the end, as read just before the call, to ``sink``; return its length
+        (0 when the end is at or below ``offset``). Fetchers hand every block
+        over through this, so the clipping rule lives in one place.
+
+        No lock is held while ``sink`` runs (a sink that takes the engine's
+        lock while another thread holding that lock calls ``lower_to`` must not
+        deadlock). Hence the precise guarantee: a block is clipped to the end
+        in force when its delivery starts; a ``lower_to`` that lands while that
+        sink call is running affects the next block. The engine's sink, which
+        owns the ranges, checks against its own records under its own lock.
+        """
+        count = min(len(block), self.value - offset)
+        if count <= 0:
+            return 0
+        sink(offset, block[:count], arrival_ns)
+        return count
 
 
 # sink(offset, data, arrival_ns): called for each received block, in order.

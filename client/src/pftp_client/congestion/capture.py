@@ -1,0 +1,249 @@
+"""Packet-level arrival timestamps of the client's own flows.
+
+An AF_PACKET socket (stdlib, needs root or CAP_NET_RAW) with a classic BPF
+filter that passes only TCP segments whose *source* port is one of the
+mirrors' ports, so the kernel hands us just the data packets of our flows,
+each with its kernel receive time (SO_TIMESTAMPNS, CLOCK_REALTIME).
+Packets are keyed by (remote ip, remote port, local port); segments without
+payload (pure ACKs) are ignored. ``scapy_capture_available`` reports whether
+the scapy sniffer could be used instead; the stdlib socket is preferred
+because it is lighter and gives the same kernel timestamps.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import select
+import socket
+import struct
+import threading
+from collections.abc import Iterable
+
+import numpy as np
+
+from pftp_client.congestion.timestamps import SCM_TIMESTAMPNS, SO_TIMESTAMPNS, TimestampSource
+
+ETH_P_ALL = 0x0003
+SO_ATTACH_FILTER = 26
+PACKET_OUTGOING = 4
+SNAPLEN = 128
+
+FlowKey = tuple[str, int, int]  # (remote ip, remote port, local port)
+
+# classic BPF opcodes (linux/filter.h)
+_LDH_ABS, _LDB_ABS, _LDH_IND, _LDXB_MSH = 0x28, 0x30, 0x48, 0xB1
+_JEQ_K, _JSET_K, _RET_K = 0x15, 0x45, 0x06
+
+
+def source_port_filter(
+    ports: Iterable[int], snaplen: int = SNAPLEN
+) -> list[tuple[int, int, int, int]]:
+    """cBPF program: accept IPv4/IPv6 TCP frames whose source port is in ``ports``.
+
+    Returns (code, jt, jf, k) instructions for SO_ATTACH_FILTER.
+    """
+    plist = sorted({int(p) for p in ports})
+    if not plist or len(plist) > 100 or any(not 0 < p < 65536 for p in plist):
+        raise ValueError("need 1-100 TCP ports in 1..65535")
+    # Layout: [0] ldh ethertype, [1] jeq v4, [2] jeq v6, v4 block, v6 block, accept, reject
+    v4 = [
+        (_LDB_ABS, 0, 0, 23),  # ip proto
+        (_JEQ_K, 0, None, 6),  # tcp? else reject
+        (_LDH_ABS, 0, 0, 20),  # flags+fragment offset
+        (_JSET_K, None, 0, 0x1FFF),  # fragment -> reject
+        (_LDXB_MSH, 0, 0, 14),  # x = ip header length
+        (_LDH_IND, 0, 0, 14),  # tcp source port
+    ] + [(_JEQ_K, "A", 0, p) for p in plist] + [(_RET_K, 0, 0, 0)]
+    v6 = [
+        (_LDB_ABS, 0, 0, 20),  # next header
+        (_JEQ_K, 0, None, 6),
+        (_LDH_ABS, 0, 0, 54),  # tcp source port (no extension headers)
+    ] + [(_JEQ_K, "A", 0, p) for p in plist]
+    head = [(_LDH_ABS, 0, 0, 12), (_JEQ_K, 1, 0, 0x0800), (_JEQ_K, len(v4), None, 0x86DD)]
+    prog: list = head + v4 + v6 + [(_RET_K, 0, 0, snaplen), (_RET_K, 0, 0, 0)]
+    accept, reject = len(prog) - 2, len(prog) - 1
+    out = []
+    for i, (code, jt, jf, k) in enumerate(prog):
+        def resolve(target, i=i):
+            if target == "A":
+                return accept - i - 1
+            if target is None:
+                return reject - i - 1
+            return target
+
+        out.append((code, resolve(jt), resolve(jf), k))
+    if any(not 0 <= jt <= 255 or not 0 <= jf <= 255 for _, jt, jf, _ in out):
+        raise ValueError("BPF program too long")
+    return out
+
+
+def attach_filter(sock: socket.socket, prog: list[tuple[int, int, int, int]]) -> None:
+    import ctypes
+
+    raw = b"".join(struct.pack("HBBI", *ins) for ins in prog)
+    buf = ctypes.create_string_buffer(raw)
+    fprog = struct.pack("HL", len(prog), ctypes.addressof(buf))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+    # the kernel copies the program; buf only has to live through setsockopt
+    del buf
+
+
+def parse_tcp_segment(frame: bytes, wire_len: int) -> tuple[str, int, int, int] | None:
+    """(src ip, src port, dst port, payload bytes) of an Ethernet TCP frame."""
+    if len(frame) < 14:
+        return None
+    ethertype = struct.unpack_from("!H", frame, 12)[0]
+    if ethertype == 0x0800 and len(frame) >= 34:
+        ihl = (frame[14] & 0x0F) * 4
+        if frame[23] != 6 or len(frame) < 14 + ihl + 14:
+            return None
+        total = struct.unpack_from("!H", frame, 16)[0]
+        src = socket.inet_ntop(socket.AF_INET, frame[26:30])
+        tcp = 14 + ihl
+        ip_payload = total - ihl
+    elif ethertype == 0x86DD and len(frame) >= 68:
+        if frame[20] != 6:
+            return None
+        src = socket.inet_ntop(socket.AF_INET6, frame[22:38])
+        tcp = 54
+        ip_payload = struct.unpack_from("!H", frame, 18)[0]
+    else:
+        return None
+    sport, dport = struct.unpack_from("!HH", frame, tcp)
+    doff = (frame[tcp + 12] >> 4) * 4
+    return src, sport, dport, max(ip_payload - doff, 0)
+
+
+def afpacket_capture_available() -> bool:
+    try:
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    except (PermissionError, OSError, AttributeError):
+        return False
+    s.close()
+    return True
+
+
+def scapy_capture_available() -> bool:
+    try:
+        import scapy.all  # noqa: F401
+    except Exception:  # scapy missing or broken: fall back to the stdlib socket
+        return False
+    return afpacket_capture_available()
+
+
+class PacketCapture:
+    """Background AF_PACKET capture of data packets from the given server ports.
+
+    Use as a context manager, or start()/stop(). ``timestamps(key)`` returns
+    the kernel arrival times (ns) of the payload-carrying packets of one flow.
+    """
+
+    source = TimestampSource.PACKET_AF_PACKET
+
+    def __init__(self, server_ports: Iterable[int], *, interface: str | None = None,
+                 rcvbuf: int = 8 << 20) -> None:
+        self.ports = sorted({int(p) for p in server_ports})
+        self.interface = interface
+        self.rcvbuf = rcvbuf
+        self._lock = threading.Lock()
+        self._times: dict[FlowKey, list[int]] = {}
+        self._sizes: dict[FlowKey, list[int]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sock: socket.socket | None = None
+        self.packets_seen = 0
+
+    def start(self) -> PacketCapture:
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            attach_filter(sock, source_port_filter(self.ports))
+            if self.interface:
+                sock.bind((self.interface, 0))
+        except BaseException:
+            sock.close()
+            raise
+        # Drain what arrived before the filter was attached.
+        sock.setblocking(False)
+        while True:
+            try:
+                sock.recv(SNAPLEN)
+            except BlockingIOError:
+                break
+        sock.setblocking(True)
+        self._sock = sock
+        self._thread = threading.Thread(target=self._run, name="pftp-capture", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        assert self._sock is not None
+        sock = self._sock
+        anc = socket.CMSG_SPACE(16)
+        while not self._stop.is_set():
+            ready, _, _ = select.select([sock], [], [], 0.1)
+            if not ready:
+                continue
+            try:
+                data, ancdata, _flags, addr = sock.recvmsg(SNAPLEN, anc, socket.MSG_TRUNC)
+            except OSError:
+                return
+            if addr[2] == PACKET_OUTGOING:
+                continue
+            ts = None
+            for level, kind, cdata in ancdata:
+                if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS:
+                    sec, nsec = struct.unpack("qq", cdata[:16])
+                    ts = sec * 1_000_000_000 + nsec
+            seg = parse_tcp_segment(data, len(data))
+            if ts is None or seg is None or seg[3] == 0:
+                continue
+            key = (_canonical_ip(seg[0]), seg[1], seg[2])
+            with self._lock:
+                self.packets_seen += 1
+                self._times.setdefault(key, []).append(ts)
+                self._sizes.setdefault(key, []).append(seg[3])
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def __enter__(self) -> PacketCapture:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def keys(self) -> list[FlowKey]:
+        with self._lock:
+            return list(self._times)
+
+    def timestamps(self, key: FlowKey) -> np.ndarray:
+        key = (_canonical_ip(key[0]), int(key[1]), int(key[2]))
+        with self._lock:
+            return np.sort(np.asarray(self._times.get(key, ()), dtype=np.int64))
+
+    def timestamps_from(self, remote_ip: str, remote_port: int) -> np.ndarray:
+        """All data packets from one remote endpoint (any local port)."""
+        ip = _canonical_ip(remote_ip)
+        with self._lock:
+            parts = [np.asarray(v, dtype=np.int64) for k, v in self._times.items()
+                     if k[0] == ip and k[1] == int(remote_port)]
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+    def sizes(self, key: FlowKey) -> np.ndarray:
+        key = (_canonical_ip(key[0]), int(key[1]), int(key[2]))
+        with self._lock:
+            return np.asarray(self._sizes.get(key, ()), dtype=np.int64)
+
+
+def _canonical_ip(ip: str) -> str:
+    addr = ipaddress.ip_address(ip)
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped:
+        return str(addr.ipv4_mapped)
+    return str(addr)

@@ -1,0 +1,261 @@
+"""SharedCongestionMonitor: the engine-facing side of shared-congestion detection.
+
+The engine (client/src/pftp_client/engine.py) feeds it with its flow-observer
+hook and gives it a callback to drop flows; the monitor periodically groups
+the active flows (grouping.py) and, for each shared set, asks the engine to
+drop every flow but the best-ranked one (paper 001, Shared-Con-Algo f'). The
+engine then hands the dropped flows' remaining ranges to as many backup
+mirrors (f''), registers the new flows here, and detection repeats on the new
+set. Contract, in call order:
+
+    mon = SharedCongestionMonitor(drop_flows=engine_drop, capture=cap_or_None)
+    mon.add_flow(flow_id, rank, remote=(ip, port), local_port=port)  # per flow
+    mon.observe(flow_id, arrival_ns, nbytes)    # every receive (flow-observer hook)
+    mon.start() / mon.stop()                    # or call mon.check() yourself
+    mon.remove_flow(flow_id)                    # flow finished or failed
+
+``drop_flows(flow_ids, event)`` is called from the monitor's thread; it must
+not block for long. Dropped flows are removed from the monitor before the call.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pftp_client.congestion.capture import FlowKey, PacketCapture
+from pftp_client.congestion.detectors import DEFAULT_DETECTOR, DETECTORS
+from pftp_client.congestion.grouping import Grouping, group_flows
+from pftp_client.congestion.timestamps import ArrivalBuffer, TimestampSource
+from pftp_client.congestion.verdict import PairVerdict
+from pftp_client.flow_observer import DetectorFactory, FlowControl, FlowObserver, FlowTimings
+
+FlowId = Hashable
+
+
+@dataclass
+class CongestionEvent:
+    """One shared set found and acted on."""
+
+    shared_set: list[FlowId]  # best-ranked first
+    kept: FlowId
+    dropped: list[FlowId]
+    detector: str
+    source: TimestampSource
+    confidence: float  # weakest pair verdict inside the set
+    packets: int  # fewest packets per flow any pair verdict used
+    at_ns: int
+    verdicts: list[PairVerdict] = field(default_factory=list)
+    # mirror names of shared_set, in the same order (filled by MonitorObserver),
+    # for MirrorReport.congested_with in the report to the coordinator
+    mirrors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Flow:
+    rank: float
+    key: FlowKey | None
+    remote: tuple[str, int] | None = None
+
+
+class SharedCongestionMonitor:
+    def __init__(
+        self,
+        drop_flows: Callable[[list[FlowId], CongestionEvent], None],
+        *,
+        detector: str = DEFAULT_DETECTOR,
+        interval_s: float = 0.25,
+        window_packets: int = 400,
+        capture: PacketCapture | None = None,
+        app_source: TimestampSource = TimestampSource.APP_RECV,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        if detector not in DETECTORS:
+            raise ValueError(f"unknown detector {detector!r}; choose from {sorted(DETECTORS)}")
+        if interval_s <= 0 or window_packets < 20:
+            raise ValueError("interval_s must be > 0 and window_packets >= 20")
+        self.drop_flows = drop_flows
+        self.detector = detector
+        self.interval_s = interval_s
+        self.window_packets = window_packets
+        self.capture = capture
+        self.app_source = app_source
+        self.clock_ns = clock_ns
+        self.events: list[CongestionEvent] = []
+        self.last_grouping: Grouping | None = None
+        self.last_source: TimestampSource | None = None
+        self._flows: dict[FlowId, _Flow] = {}
+        self._app = ArrivalBuffer(capacity=max(4 * window_packets, 1024))
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- engine hook -------------------------------------------------------
+    def add_flow(
+        self,
+        flow_id: FlowId,
+        rank: float,
+        *,
+        remote: tuple[str, int] | None = None,
+        local_port: int | None = None,
+    ) -> None:
+        key = (remote[0], int(remote[1]), int(local_port)) if remote and local_port else None
+        with self._lock:
+            self._flows[flow_id] = _Flow(float(rank), key, remote)
+
+    def flow_ids(self) -> list[FlowId]:
+        with self._lock:
+            return list(self._flows)
+
+    def remove_flow(self, flow_id: FlowId) -> None:
+        with self._lock:
+            self._flows.pop(flow_id, None)
+        self._app.forget(flow_id)
+
+    def observe(self, flow_id: FlowId, arrival_ns: int, nbytes: int) -> None:
+        """Flow-observer hook: one call per receive."""
+        if nbytes > 0:
+            self._app.add(flow_id, int(arrival_ns), int(nbytes))
+
+    # -- detection ---------------------------------------------------------
+    def _timestamps(self) -> tuple[dict[FlowId, np.ndarray], dict[FlowId, float], TimestampSource]:
+        with self._lock:
+            flows = dict(self._flows)
+        ranks = {f: s.rank for f, s in flows.items()}
+        if self.capture is not None and flows and all(s.remote for s in flows.values()):
+            cap = self.capture
+            packet = {
+                f: cap.timestamps(s.key) if s.key else cap.timestamps_from(*s.remote)  # type: ignore[misc]
+                for f, s in flows.items()
+            }
+            if all(a.size >= 2 for a in packet.values()):
+                w = self.window_packets
+                return {f: a[-w:] for f, a in packet.items()}, ranks, self.capture.source
+        w = self.window_packets
+        app = {f: self._app.timestamps(f)[-w:] for f in flows}
+        return app, ranks, self.app_source
+
+    def check(self) -> list[CongestionEvent]:
+        """One detection round; drops flows of each shared set found."""
+        flows, ranks, source = self._timestamps()
+        self.last_source = source
+        if len(flows) < 2:
+            return []
+        grouping = group_flows(flows, DETECTORS[self.detector], ranks)
+        self.last_grouping = grouping
+        events = []
+        for shared in grouping.shared_sets:
+            pair_verdicts = [
+                v for i, a in enumerate(shared) for b in shared[i + 1:]
+                if (v := grouping.verdict(a, b)) is not None
+            ]
+            event = CongestionEvent(
+                shared_set=list(shared),
+                kept=shared[0],
+                dropped=list(shared[1:]),
+                detector=self.detector,
+                source=source,
+                confidence=min(v.confidence for v in pair_verdicts),
+                packets=min(v.packets for v in pair_verdicts),
+                at_ns=self.clock_ns(),
+                verdicts=pair_verdicts,
+            )
+            for f in event.dropped:
+                self.remove_flow(f)
+            self.events.append(event)
+            events.append(event)
+            self.drop_flows(event.dropped, event)
+        return events
+
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(self.interval_s):
+            self.check()
+
+    def start(self) -> SharedCongestionMonitor:
+        """Run ``check`` every ``interval_s`` in a daemon thread (idempotent)."""
+        with self._lock:
+            if self._thread is None:
+                self._stop = threading.Event()
+                self._thread = threading.Thread(target=self._run, args=(self._stop,),
+                                                name="pftp-congestion", daemon=True)
+                self._thread.start()
+        return self
+
+    def stop(self, wait: bool = True) -> None:
+        """Stop the periodic checks. ``wait=False`` only signals the thread: use it
+        from callbacks that may run while the engine holds its lock (the monitor
+        thread may be waiting for that lock inside ``drop_flows``)."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._stop.set()
+        if wait and thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)
+
+
+class MonitorObserver:
+    """Adapter from the engine's FlowObserver hook (flow_observer.py) to the monitor.
+
+    Ranks: ``rank_of(mirror)`` if given (the coordinator's suitability, higher is
+    better); otherwise flows that started earlier rank higher, which is what
+    paper 001 section 7 keeps ("the mirror server which started first").
+    ``endpoint_of(mirror)`` -> (ip, port) lets a packet capture attribute
+    packets to flows; without it the monitor uses the engine's app-level times.
+    """
+
+    def __init__(
+        self,
+        control: FlowControl,
+        monitor_kw: dict | None = None,
+        rank_of: Callable[[str], float | None] | None = None,
+        endpoint_of: Callable[[str], tuple[str, int] | None] | None = None,
+        on_event: Callable[[CongestionEvent], None] | None = None,
+    ) -> None:
+        self.control = control
+        self.rank_of = rank_of
+        self.endpoint_of = endpoint_of
+        self.on_event = on_event
+        self._started = 0
+        self._mirror: dict[str, str] = {}
+        self.monitor = SharedCongestionMonitor(self._drop, **(monitor_kw or {}))
+
+    def _drop(self, flow_ids: list[FlowId], event: CongestionEvent) -> None:
+        event.mirrors = [self._mirror.get(str(f), str(f)) for f in event.shared_set]
+        self.control.drop_flows([str(f) for f in flow_ids], "congested")
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def flow_started(self, flow_id: str, mirror: str) -> None:
+        self._started += 1
+        self._mirror[flow_id] = mirror
+        rank = self.rank_of(mirror) if self.rank_of else None
+        remote = self.endpoint_of(mirror) if self.endpoint_of else None
+        self.monitor.add_flow(flow_id, -self._started if rank is None else rank, remote=remote)
+        self.monitor.start()
+
+    def on_receive(self, flow_id: str, arrival_ns: int, nbytes: int) -> None:
+        self.monitor.observe(flow_id, arrival_ns, nbytes)
+
+    def flow_ended(self, flow_id: str) -> None:
+        self.monitor.remove_flow(flow_id)
+        if not self.monitor.flow_ids():
+            self.monitor.stop(wait=False)  # never join here: see stop()
+
+
+def congestion_detector_factory(
+    *,
+    rank_of: Callable[[str], float | None] | None = None,
+    endpoint_of: Callable[[str], tuple[str, int] | None] | None = None,
+    on_event: Callable[[CongestionEvent], None] | None = None,
+    **monitor_kw: object,
+) -> DetectorFactory:
+    """``Engine(detector_factory=congestion_detector_factory(...))``."""
+
+    def factory(control: FlowControl, timings: FlowTimings) -> FlowObserver:
+        del timings  # the monitor keeps its own bounded buffers
+        return MonitorObserver(control, dict(monitor_kw), rank_of, endpoint_of, on_event)
+
+    return factory

@@ -1,0 +1,469 @@
+"""One download from start to end: plan -> parallel fetch -> verify -> rename -> report.
+
+This is the library entry point behind ``pftp_client.download`` and ``pftp get``.
+Side effects (network, clock, disk) come in through the arguments so tests run
+the same code against real servers on loopback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
+
+from pftp_wire import AssignmentRequest, DownloadReport, MirrorReport
+
+from pftp_client import control_file
+from pftp_client.access_bandwidth import access_bandwidth
+from pftp_client.control_file import ControlState, ResumeMismatch, ctl_path
+from pftp_client.coordinator import (
+    CoordinatorError,
+    CoordinatorUnavailable,
+    request_plan,
+    send_report,
+)
+from pftp_client.engine import DownloadEngine, EngineConfig, NoMirrorCouldServe
+from pftp_client.flow_observer import DetectorFactory
+from pftp_client.integrity import PrefixHasher, VerificationFailed, find_culprits_and_repair
+from pftp_client.part_file import PartFile, part_path
+from pftp_client.pieces import PieceGrid, choose_piece_size
+from pftp_client.plan import FileIdentity, Plan, PlanError, check_url, dynamic_plan
+from pftp_client.ranges import RangeOwners, RangeSet
+from pftp_client.summary import DownloadSummary, MirrorEvent, MirrorStats
+from pftp_client.transports.base import RangeFetcher, TransferError
+from pftp_client.transports.base import open_fetcher as default_open_fetcher
+
+log = logging.getLogger("pftp_client")
+
+AUTO = "auto"
+
+
+class UsageError(ValueError):
+    """The caller asked for something impossible (no name and no mirror, bad hash...)."""
+
+
+class Progress(Protocol):
+    def start(self, name: str, size: int, mirrors: Sequence[str]) -> None: ...
+
+    def update(
+        self,
+        done: int,
+        size: int,
+        elapsed: float,
+        mirrors: Sequence[MirrorStats],
+        rates: dict[str, float | None],
+    ) -> None: ...
+
+    def finish(self, summary: DownloadSummary | None) -> None: ...
+
+    def message(self, text: str) -> None: ...
+
+
+def _looks_like_url(text: str) -> bool:
+    return urlsplit(text).scheme in ("ftp", "http", "https")
+
+
+def _basename(name_or_url: str) -> str:
+    path = urlsplit(name_or_url).path if _looks_like_url(name_or_url) else name_or_url
+    base = PurePosixPath(unquote(path)).name
+    return base or "download"
+
+
+def _probe_sizes(
+    urls: Sequence[str],
+    open_fetcher: Callable[..., RangeFetcher],
+    timeout: float,
+    say: Callable[[str], None],
+) -> tuple[dict[str, int], dict[str, RangeFetcher]]:
+    """Ask every mirror for the size (SIZE / HEAD) in parallel; keep the connections."""
+
+    def probe(url: str) -> tuple[str, RangeFetcher | None, int | None, str]:
+        try:
+            f = open_fetcher(url, timeout=timeout)
+        except (TransferError, ValueError, OSError) as exc:
+            return url, None, None, str(exc)
+        try:
+            return url, f, f.size(), ""
+        except (TransferError, OSError) as exc:
+            f.close()
+            return url, None, None, str(exc)
+
+    sizes: dict[str, int] = {}
+    fetchers: dict[str, RangeFetcher] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(urls)))) as pool:
+        for url, f, size, err in pool.map(probe, urls):
+            if f is None:
+                say(f"mirror {url} is not usable: {err}")
+                continue
+            fetchers[url] = f
+            if size is None:
+                say(f"mirror {url} did not report the file size")
+            else:
+                sizes[url] = size
+    return sizes, fetchers
+
+
+def _majority_size(sizes: dict[str, int], say: Callable[[str], None]) -> tuple[int, list[str]]:
+    counts: dict[int, int] = {}
+    for s in sizes.values():
+        counts[s] = counts.get(s, 0) + 1
+    size = max(counts, key=lambda s: (counts[s], -s))
+    agree = [u for u, s in sizes.items() if s == size]
+    for u, s in sizes.items():
+        if s != size:
+            say(f"mirror {u} reports {s} bytes, the others {size}: not used")
+    return size, agree
+
+
+def _output_path(output: str | os.PathLike[str] | None, name: str) -> Path:
+    if output is None:
+        return Path.cwd() / _basename(name)
+    p = Path(output)
+    if p.is_dir():
+        return p / _basename(name)
+    return p
+
+
+def download(
+    name: str | None = None,
+    *,
+    mirrors: Sequence[str] = (),
+    output: str | os.PathLike[str] | None = None,
+    coordinator: str | Sequence[str] | None = None,
+    sha256: str | None = None,
+    access_bandwidth_bps: int | str | None = AUTO,
+    access_bandwidth_setting: str | None = None,
+    resume: bool = True,
+    config: EngineConfig | None = None,
+    progress: Progress | None = None,
+    detector_factory: DetectorFactory | None = None,
+    open_fetcher: Callable[..., RangeFetcher] = default_open_fetcher,
+    report: bool = True,
+) -> DownloadSummary:
+    """Download ``name`` (via the coordinator) or the file behind ``mirrors``.
+
+    - ``coordinator`` given and ``name`` given: ask it for assignments (3 attempts,
+      paper 001); when it cannot be reached, fall back to ``mirrors`` (dynamic
+      parallel access) or, when ``name`` is a URL, to a plain download of it.
+    - otherwise: dynamic parallel access (paper 000) over ``mirrors``.
+    ``resume=False`` discards an interrupted download of the same target.
+
+    Raises UsageError, CoordinatorError, ResumeMismatch, NoMirrorCouldServe,
+    VerificationFailed (see cli.py for the exit codes they map to).
+    """
+    cfg = config or EngineConfig()
+    notes: list[str] = []
+
+    def say(text: str) -> None:
+        notes.append(text)
+        log.info(text)
+        if progress is not None:
+            progress.message(text)
+
+    urls = [check_url_or_usage(u) for u in mirrors]
+    if name and _looks_like_url(name):
+        check_url_or_usage(name)
+        urls = [name, *[u for u in urls if u != name]]
+    if not name and not urls:
+        raise UsageError("give a file name (with a coordinator) or at least one --mirror URL")
+    if sha256 is not None:
+        sha256 = sha256.strip().lower()
+        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+            raise UsageError("--sha256 must be 64 hex digits")
+    coordinators = [coordinator] if isinstance(coordinator, str) else list(coordinator or [])
+    if name and not urls and not coordinators:
+        raise CoordinatorUnavailable(
+            f"no coordinator known to ask for {name!r} (use --coordinator, PFTP_COORDINATOR or the "
+            "config file) and no --mirror URL to download from"
+        )
+
+    t0 = time.monotonic()
+    bw: int | None = None
+    if access_bandwidth_bps == AUTO:
+        bw, source = access_bandwidth(access_bandwidth_setting)
+        log.debug("access bandwidth %s (%s)", bw, source)
+    elif isinstance(access_bandwidth_bps, int) or access_bandwidth_bps is None:
+        bw = access_bandwidth_bps
+    else:
+        raise UsageError(f"bad access bandwidth {access_bandwidth_bps!r}")
+
+    plan: Plan | None = None
+    used_coordinator: str | None = None
+    if name and coordinators:
+        request = AssignmentRequest(file=name, access_bandwidth_bps=bw)
+        try:
+            used_coordinator, plan = request_plan(
+                coordinators, request, timeout=min(cfg.timeout, 10.0)
+            )
+        except CoordinatorUnavailable as exc:
+            if not urls:
+                raise
+            how = (
+                "dynamic parallel access over the given mirrors"
+                if len(urls) > 1
+                else f"a plain download from {urls[0]}"
+            )
+            say(f"{exc}; continuing with {how}")
+        if plan is not None and sha256 and plan.file.sha256 != sha256:
+            raise CoordinatorError(
+                f"the coordinator's SHA-256 for {name!r} ({plan.file.sha256}) is not the one given "
+                f"with --sha256 ({sha256})"
+            )
+
+    fetcher_cache: dict[str, list[RangeFetcher]] = {}
+    if plan is None:
+        sizes, probed = _probe_sizes(urls, open_fetcher, cfg.timeout, say)
+        for u, f in probed.items():
+            fetcher_cache.setdefault(u, []).append(f)
+        if not sizes:
+            _close_cache(fetcher_cache)
+            raise NoMirrorCouldServe("no mirror could be reached or reported the file size")
+        size, agree = _majority_size(sizes, say)
+        ident = FileIdentity(name=_basename(name or urls[0]), size=size, sha256=sha256)
+        plan = dynamic_plan(ident, agree)
+
+    target = _output_path(output, name or urls[0])
+    try:
+        return _run_plan(
+            plan,
+            target,
+            cfg=cfg,
+            resume=resume,
+            progress=progress,
+            say=say,
+            notes=notes,
+            detector_factory=detector_factory,
+            open_fetcher=_cached_opener(open_fetcher, fetcher_cache),
+            coordinator=used_coordinator if report else None,
+            access_bw=bw,
+            t0=t0,
+        )
+    finally:
+        _close_cache(fetcher_cache)
+
+
+def check_url_or_usage(url: str) -> str:
+    try:
+        return check_url(url)
+    except PlanError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _cached_opener(
+    open_fetcher: Callable[..., RangeFetcher], cache: dict[str, list[RangeFetcher]]
+) -> Callable[..., RangeFetcher]:
+    lock = threading.Lock()
+
+    def opener(url: str, **kw: Any) -> RangeFetcher:
+        with lock:
+            pending = cache.get(url)
+            if pending:
+                return pending.pop()
+        return open_fetcher(url, **kw)
+
+    return opener
+
+
+def _close_cache(cache: dict[str, list[RangeFetcher]]) -> None:
+    for fs in cache.values():
+        while fs:
+            fs.pop().close()
+
+
+def _run_plan(
+    plan: Plan,
+    target: Path,
+    *,
+    cfg: EngineConfig,
+    resume: bool,
+    progress: Progress | None,
+    say: Callable[[str], None],
+    notes: list[str],
+    detector_factory: DetectorFactory | None,
+    open_fetcher: Callable[..., RangeFetcher],
+    coordinator: str | None,
+    access_bw: int | None,
+    t0: float,
+) -> DownloadSummary:
+    ident = plan.file
+    urls = plan.urls
+    ctl = ctl_path(target)
+    part_p = part_path(target)
+    done = RangeSet()
+    owners = RangeOwners()
+    piece_size = choose_piece_size(ident.size, len(plan.active), ident.piece_size)
+    old = None
+    if resume:
+        try:
+            old = control_file.load(ctl)
+        except ValueError as exc:
+            say(f"ignoring {ctl}: {exc}")
+    if old is not None:
+        control_file.check_same_file(old, size=ident.size, sha256=ident.sha256, urls=urls)
+        if not part_p.exists() or part_p.stat().st_size != ident.size:
+            say(f"{part_p} is missing or has the wrong size; starting over")
+        elif ident.piece_size and old.piece_size != ident.piece_size:
+            say("the piece size changed since the interrupted download; starting over")
+        else:
+            done, owners, piece_size = old.done, RangeOwners(old.written_by), old.piece_size
+            say(f"resuming: {done.total()} of {ident.size} bytes already downloaded")
+    elif not resume:
+        control_file.remove(ctl)
+    resumed = done.total()
+    grid = PieceGrid(ident.size, piece_size)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = PartFile(part_p, ident.size, reuse=resumed > 0)
+    state = ControlState(
+        ident.name, ident.size, ident.sha256, piece_size, urls, done, owners.runs()
+    )
+    control_file.save(ctl, state)
+    ckpt_lock = threading.Lock()
+
+    def checkpoint(committed: RangeSet, runs: list[tuple[int, int, str]]) -> None:
+        with ckpt_lock:
+            state.done, state.written_by = committed, runs
+            control_file.save(ctl, state)
+
+    hasher = PrefixHasher(part)
+    engine = DownloadEngine(
+        plan=plan,
+        part=part,
+        grid=grid,
+        done=done,
+        owners=owners,
+        open_fetcher=open_fetcher,
+        config=cfg,
+        detector_factory=detector_factory,
+        checkpoint=checkpoint,
+        on_prefix=hasher.advance,
+        log=lambda m: log.info(m),
+    )
+    hasher.advance(done.contiguous_end(0))
+    if progress is not None:
+        progress.start(ident.name, ident.size, [m.name for m in plan.active])
+    ticker_stop = threading.Event()
+
+    def tick() -> None:
+        while not ticker_stop.wait(0.5):
+            got, stats = engine.snapshot()
+            progress.update(got, ident.size, engine.elapsed(), stats, engine.rates())  # type: ignore[union-attr]
+
+    ticker = threading.Thread(target=tick, name="pftp-progress", daemon=True)
+    if progress is not None:
+        ticker.start()
+    summary: DownloadSummary | None = None
+    try:
+        try:
+            result = engine.run()
+        finally:
+            ticker_stop.set()
+            if ticker.is_alive():
+                ticker.join()
+        digest = hasher.finish(ident.size)
+        events = list(result.events)
+        refetched = result.refetched_bytes
+        if ident.sha256 and digest != ident.sha256:
+            if ident.piece_sha256 is not None:
+                raise VerificationFailed(
+                    f"every piece matched its hash but the file's SHA-256 is {digest}, expected "
+                    f"{ident.sha256}: the coordinator's hashes disagree; {part_p} kept, not renamed"
+                )
+            say("SHA-256 mismatch: re-fetching ranges from other mirrors to find the bad one")
+            usable = {s.name: s.url for s in result.mirrors if "corrupt" not in s.events}
+            for b in plan.backups:
+                usable.setdefault(b.name, b.url)
+            found = find_culprits_and_repair(
+                part,
+                result.owners,
+                usable,
+                ident.sha256,
+                lambda u: open_fetcher(u, timeout=cfg.timeout, stall_timeout=cfg.stall_timeout),
+                log=say,
+            )
+            refetched += found.refetched_bytes
+            if not found.ok:
+                control_file.remove(ctl)
+                raise VerificationFailed(
+                    f"SHA-256 of the download is {found.sha256}, expected {ident.sha256}; "
+                    f"{found.detail}; {part_p} kept for inspection, not renamed"
+                )
+            digest = found.sha256
+            for mirror, nbytes in found.blamed.items():
+                events.append(
+                    MirrorEvent(
+                        "corrupt",
+                        mirror,
+                        time.monotonic() - t0,
+                        f"{nbytes} bytes differed from the other mirrors",
+                    )
+                )
+                for s in result.mirrors:
+                    if s.name == mirror and "corrupt" not in s.events:
+                        s.events.append("corrupt")
+        part.finalize(target)
+        control_file.remove(ctl)
+        summary = DownloadSummary(
+            name=ident.name,
+            path=str(target),
+            size=ident.size,
+            seconds=time.monotonic() - t0,
+            mode=plan.mode,
+            sha256=digest,
+            expected_sha256=ident.sha256,
+            sha256_verified=ident.sha256 is not None and digest == ident.sha256,
+            mirrors=result.mirrors,
+            events=events,
+            resumed_bytes=resumed,
+            duplicate_bytes=result.duplicate_bytes,
+            refetched_bytes=refetched,
+            request_id=plan.request_id,
+            coordinator=coordinator,
+            access_bandwidth_bps=access_bw,
+            notes=notes,
+        )
+    finally:
+        hasher.close()
+        part.close()
+        if progress is not None:
+            progress.finish(summary)
+    if coordinator is not None:
+        _report(coordinator, summary, say)
+    return summary
+
+
+def _report(coordinator: str, summary: DownloadSummary, say: Callable[[str], None]) -> None:
+    report = DownloadReport(
+        request_id=summary.request_id,
+        file=summary.name,
+        size=summary.size,
+        seconds=summary.seconds,
+        sha256_ok=summary.sha256_verified,
+        access_bandwidth_bps=summary.access_bandwidth_bps,
+        mirrors=[
+            MirrorReport(
+                mirror=m.name,
+                url=m.url,
+                bytes=m.bytes,
+                seconds=m.seconds,
+                throughput_bps=m.rate_bps,
+                failures=m.failures,
+                slow=m.slow,
+                congested=m.congested,
+                bad_data=m.corrupt,
+            )
+            for m in summary.mirrors
+        ],
+    )
+    try:
+        send_report(coordinator, report)
+    except CoordinatorError as exc:
+        say(f"could not send the report to {coordinator}: {exc}")
+
+
+__all__ = ["AUTO", "Progress", "ResumeMismatch", "UsageError", "download"]

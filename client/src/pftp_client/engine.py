@@ -1,0 +1,859 @@
+"""The download engine: one worker thread per flow (one mirror connection).
+
+Each flow streams a *lane*, a byte range [reserved, end) fetched with one
+request, and writes every block at its offset into the part file. Lanes change
+while they run, always by lowering their ``RangeEnd`` (transports/base.py):
+
+* start: coordinated mode gives each active mirror its portion (paper 001);
+  dynamic mode splits the file in equal lanes, one per mirror (paper 000, III);
+* tail: a flow that runs out of work takes the end of the lane expected to
+  finish last (tail.py), so no connection idles while another has far to go;
+* slow server: the monitor cuts a flow that lags the mean (slow_server.py) and
+  hands the rest to a backup mirror, or to the pool the fastest flows take from;
+* failure: an error, a stall or an early end puts the unfetched remainder back
+  in the pool (no byte received is fetched again, none is lost); transient
+  errors are retried on the same mirror after a backoff, a bounded number of
+  times; a mirror that is given up on is replaced by a backup;
+* congestion: the detector asks to drop flows (flow_observer.FlowControl); their
+  remainders go to the pool and as many backups start (paper 001, Shared-Con-Algo);
+* corruption: a piece whose hash fails is fetched again from another mirror,
+  and the mirror that served it is blamed and dropped.
+
+Invariant: every byte is written by exactly one lane. A lane reserves a block
+(under the lock) before writing it; work is only ever split at or above a
+lane's reservation, and a duplicate lane writes nothing until it overtakes its
+victim, at which point the victim's end is lowered to the takeover point.
+Memory does not depend on the file size: a few range sets whose size depends on
+the number of lanes, a bounded ring of arrival times per flow, and at most one
+piece buffer per repair in progress.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pftp_client.flow_observer import DetectorFactory, FlowObserver, FlowTimings
+from pftp_client.integrity import sha256_of_buffer, sha256_of_range
+from pftp_client.part_file import PartFile
+from pftp_client.pieces import PieceGrid
+from pftp_client.plan import MirrorSource, Plan
+from pftp_client.ranges import RangeOwners, RangeSet, split_evenly
+from pftp_client.rate import RateMeter
+from pftp_client.slow_server import FlowProgress, find_slow_flows, reduced_portion
+from pftp_client.summary import EventKind, MirrorEvent, MirrorStats
+from pftp_client.tail import Duplicate, LaneView, Steal, plan_tail_move
+from pftp_client.transports.base import (
+    Cancelled,
+    PermanentError,
+    PrematureEnd,
+    RangeEnd,
+    RangeFetcher,
+    TransferError,
+)
+
+OpenFetcher = Callable[..., RangeFetcher]
+Checkpoint = Callable[[RangeSet, list[tuple[int, int, str]]], None]
+
+
+class NoMirrorCouldServe(Exception):
+    """Every mirror failed (and no backup was left) before the file was complete."""
+
+
+class EngineAborted(Exception):
+    """The download was cancelled (Ctrl-C) or hit a local error (disk)."""
+
+
+@dataclass
+class EngineConfig:
+    timeout: float = 30.0  # connect / reply timeout of a transport
+    stall_timeout: float = 15.0  # no byte for this long: the flow failed (issue 3)
+    max_consecutive_failures: int = 3  # transient errors retried on one mirror
+    max_total_failures: int = 8
+    backoff_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+    monitor_interval_s: float = 1.0  # Slow-Server-Algo monitoring interval
+    slow_ratio: float = 0.5  # slow_server.SLOW_RATIO
+    slow_min_pieces: int = 4  # a flow with less left than this is not cut
+    slow_strikes: int = 2  # consecutive slow intervals before a cut (noise guard)
+    duplicate_budget: float = 0.01  # share of the file that may be fetched twice
+    default_latency_s: float = 0.05  # request latency before one is measured
+    ring_capacity: int = 4096  # arrivals kept per flow for the congestion detector
+
+
+LaneKind = Literal["normal", "duplicate", "repair"]
+
+
+@dataclass(eq=False)
+class Lane:
+    id: int
+    flow: Flow
+    kind: LaneKind
+    start: int
+    reserved: int  # next byte this lane will write (or receive, for a duplicate)
+    owned_end: int  # end of the bytes this lane is responsible for
+    end: RangeEnd  # where the transfer stops (may be lower than owned_end)
+    shadow_of: Lane | None = None  # duplicate: the lane it races
+    shadow: Lane | None = None  # the duplicate racing this lane
+    orphan: bool = False  # its flow stopped while a duplicate still races it
+    piece: int | None = None  # repair: piece index
+    buffer: bytearray | None = None  # repair: the piece being fetched again
+    first_byte: float | None = None
+    requested_at: float | None = None
+
+
+@dataclass(eq=False)
+class Flow:
+    id: str
+    mirror: MirrorSource
+    stats: MirrorStats
+    cancel: threading.Event = field(default_factory=threading.Event)
+    initial: RangeSet = field(default_factory=RangeSet)
+    fetcher: RangeFetcher | None = None
+    thread: threading.Thread | None = None
+    lane: Lane | None = None
+    rate: RateMeter = field(default_factory=RateMeter)
+    latency_s: float | None = None
+    consecutive_failures: int = 0
+    alive: bool = True
+    last_cut: float = -1e9
+    replaced: bool = False  # a backup was started for this flow already
+
+    def rate_estimate(self, now: float) -> float | None:
+        r = self.rate.rate(now)
+        if r is None and self.mirror.expected_bps:
+            return self.mirror.expected_bps / 8
+        return r
+
+
+@dataclass
+class RepairJob:
+    piece: int
+    avoid: set[str]
+    suspects: set[str]
+
+
+@dataclass
+class EngineResult:
+    done: RangeSet
+    owners: list[tuple[int, int, str]]
+    mirrors: list[MirrorStats]
+    events: list[MirrorEvent]
+    duplicate_bytes: int
+    refetched_bytes: int
+
+
+class DownloadEngine:
+    def __init__(
+        self,
+        *,
+        plan: Plan,
+        part: PartFile,
+        grid: PieceGrid,
+        done: RangeSet | None = None,
+        owners: RangeOwners | None = None,
+        open_fetcher: OpenFetcher,
+        config: EngineConfig | None = None,
+        observers: Iterable[FlowObserver] = (),
+        detector_factory: DetectorFactory | None = None,
+        checkpoint: Checkpoint | None = None,
+        on_prefix: Callable[[int], None] | None = None,
+        log: Callable[[str], None] = lambda _m: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.plan = plan
+        self.size = plan.file.size
+        self.part = part
+        self.grid = grid
+        self.cfg = config or EngineConfig()
+        self._open_fetcher = open_fetcher
+        self._checkpoint = checkpoint
+        self._on_prefix = on_prefix
+        self._log = log
+        self._clock = clock
+        self._t0 = clock()
+        self._lock = threading.Condition()
+        self._ckpt_lock = threading.Lock()
+        self.done = done.copy() if done else RangeSet()
+        self.committed = self.done.copy()  # complete (and verified) pieces
+        self.owners = owners or RangeOwners()
+        self.pool = RangeSet()
+        self.repairs: deque[RepairJob] = deque()
+        self.verifying: set[int] = set()
+        self.lanes: dict[int, Lane] = {}
+        self.flows: dict[str, Flow] = {}
+        self.stats: list[MirrorStats] = []
+        self.events: list[MirrorEvent] = []
+        self.backups: deque[MirrorSource] = deque(plan.backups)
+        self.bad_mirrors: set[str] = set()
+        self.timings = FlowTimings(self.cfg.ring_capacity)
+        self.observers: list[FlowObserver] = [self.timings, *observers]
+        self.duplicate_bytes = 0
+        self.refetched_bytes = 0
+        self.duplicate_budget_left = int(self.size * self.cfg.duplicate_budget)
+        self._lane_ids = itertools.count(1)
+        self._finished = False
+        self._abort: BaseException | None = None
+        self._initial_for: dict[str, RangeSet] = {}
+        self._repair_jobs: dict[int, RepairJob] = {}
+        self._prefix_dirty = False
+        if detector_factory is not None:
+            obs = detector_factory(self, self.timings)
+            if obs is not None:
+                self.observers.append(obs)
+
+    # --- public -----------------------------------------------------------------------
+
+    def run(self) -> EngineResult:
+        todo = self.committed.complement(0, self.size)
+        self.done = self.committed.copy()  # partial pieces of an old run are refetched
+        with self._lock:
+            self._assign_initial(todo)
+            if not todo:
+                self._finished = True
+            else:
+                for src in self.plan.active:
+                    self._start_flow(src, "active")
+        monitor = threading.Thread(target=self._monitor, name="pftp-monitor", daemon=True)
+        monitor.start()
+        try:
+            with self._lock:
+                while not self._finished and self._abort is None:
+                    self._lock.wait(0.5)
+        except BaseException as exc:  # Ctrl-C in the main thread
+            self.abort(exc)
+            raise
+        finally:
+            self._stop_all()
+            for f in list(self.flows.values()):
+                if f.thread is not None:
+                    f.thread.join(timeout=self.cfg.timeout + 5)
+            monitor.join(timeout=5)
+        if self._abort is not None:
+            raise self._abort
+        return EngineResult(
+            done=self.done.copy(),
+            owners=self.owners.runs(),
+            mirrors=self.stats,
+            events=list(self.events),
+            duplicate_bytes=self.duplicate_bytes,
+            refetched_bytes=self.refetched_bytes,
+        )
+
+    def abort(self, exc: BaseException) -> None:
+        with self._lock:
+            if self._abort is None:
+                self._abort = exc
+            self._lock.notify_all()
+        self._stop_all()
+
+    def elapsed(self) -> float:
+        return self._clock() - self._t0
+
+    def snapshot(self) -> tuple[int, list[MirrorStats]]:
+        """(bytes done, per-mirror stats) for the progress display."""
+        with self._lock:
+            return self.done.total(), [
+                MirrorStats(**{**s.__dict__, "events": list(s.events)}) for s in self.stats
+            ]
+
+    def rates(self) -> dict[str, float | None]:
+        now = self._clock()
+        with self._lock:
+            return {f.id: f.rate.rate(now) if f.lane else None for f in self.flows.values()}
+
+    # FlowControl (flow_observer.py): the congestion detector's handle.
+    def active_flows(self) -> list[str]:
+        with self._lock:
+            return [f.id for f in self.flows.values() if f.alive and f.lane is not None]
+
+    def drop_flows(self, flow_ids: Iterable[str], reason: str = "congested") -> list[str]:
+        """Paper 001 Shared-Con-Algo lines 16-21: close these connections and open
+        as many to backup (passive) mirrors; remainders move to the pool."""
+        dropped = []
+        with self._lock:
+            for fid in flow_ids:
+                flow = self.flows.get(fid)
+                if flow is None or not flow.alive or self._finished:
+                    continue
+                self._event("congested" if reason == "congested" else "failed", flow, reason)
+                self._retire(flow, "congested" if reason == "congested" else "dropped")
+                dropped.append(fid)
+                self._start_backup()
+            self._lock.notify_all()
+        return dropped
+
+    # --- setup ------------------------------------------------------------------------
+
+    def _assign_initial(self, todo: RangeSet) -> None:
+        if self.plan.mode == "coordinated" and self.plan.portions:
+            by_mirror = {
+                p.mirror.name: todo.intersection(p.start, p.end) for p in self.plan.portions
+            }
+            for p in self.plan.portions:
+                self._initial_for[p.mirror.name] = by_mirror[p.mirror.name]
+        else:
+            groups = split_evenly(todo, max(1, len(self.plan.active)))
+            for src, g in zip(self.plan.active, groups, strict=True):
+                self._initial_for[src.name] = g
+
+    def _start_flow(self, src: MirrorSource, role: Literal["active", "backup"]) -> Flow:
+        stats = MirrorStats(name=src.name, url=src.url, role=role, state="connecting")
+        flow = Flow(id=src.name, mirror=src, stats=stats)
+        flow.initial = self._initial_for.pop(src.name, RangeSet())
+        self.flows[flow.id] = flow
+        self.stats.append(stats)
+        if role == "backup":
+            self._event("backup", flow, "started as a backup")
+        flow.thread = threading.Thread(
+            target=self._flow_main, args=(flow,), name=f"pftp-flow-{src.name}", daemon=True
+        )
+        flow.thread.start()
+        return flow
+
+    def _start_backup(self) -> bool:
+        """Start the next unused backup mirror (caller holds the lock)."""
+        while self.backups:
+            src = self.backups.popleft()
+            if src.name in self.flows or src.name in self.bad_mirrors:
+                continue
+            self._start_flow(src, "backup")
+            return True
+        return False
+
+    # --- flows ------------------------------------------------------------------------
+
+    def _flow_main(self, flow: Flow) -> None:
+        for obs in list(self.observers):
+            self._notify(obs, "flow_started", flow.id, flow.mirror.name)
+        try:
+            while True:
+                lane = self._next_work(flow)
+                if lane is None:
+                    break
+                if not self._run_lane(flow, lane):
+                    break
+        except BaseException as exc:  # a bug or a local error: stop everything, say why
+            self.abort(exc)
+        finally:
+            if flow.fetcher is not None:
+                try:
+                    flow.fetcher.close()
+                except Exception as exc:
+                    self._log(f"{flow.id}: closing the connection failed: {exc}")
+                flow.fetcher = None
+            for obs in list(self.observers):
+                self._notify(obs, "flow_ended", flow.id)
+            with self._lock:
+                flow.alive = False
+                if flow.stats.state not in ("failed", "corrupt", "congested", "dropped"):
+                    flow.stats.state = "done"
+                self._check_stuck()
+                self._lock.notify_all()
+
+    def _notify(self, obs: FlowObserver, method: str, *args: object) -> None:
+        try:
+            getattr(obs, method)(*args)
+        except Exception as exc:
+            self._log(f"flow observer {obs!r} failed in {method}: {exc}; removed")
+            if obs in self.observers:
+                self.observers.remove(obs)
+
+    def _new_lane(self, flow: Flow, kind: LaneKind, start: int, end: int) -> Lane:
+        lane = Lane(next(self._lane_ids), flow, kind, start, start, end, RangeEnd(end))
+        self.lanes[lane.id] = lane
+        flow.lane = lane
+        return lane
+
+    def _next_work(self, flow: Flow) -> Lane | None:
+        with self._lock:
+            while True:
+                if self._finished or self._abort is not None or flow.cancel.is_set():
+                    return None
+                for job in list(self.repairs):
+                    if flow.id not in job.avoid:
+                        self.repairs.remove(job)
+                        s, e = self.grid.bounds(job.piece)
+                        lane = self._new_lane(flow, "repair", s, e)
+                        lane.piece = job.piece
+                        lane.buffer = bytearray(e - s)
+                        lane.shadow = None
+                        self._repair_jobs[lane.id] = job
+                        return lane
+                rng = flow.initial.pop_first() or self.pool.pop_first() or self._take_unstarted()
+                if rng is not None:
+                    return self._new_lane(flow, "normal", *rng)
+                move = self._plan_tail(flow)
+                if isinstance(move, Steal):
+                    victim = self.lanes[move.lane_id]
+                    victim.end.lower_to(move.split)
+                    victim.owned_end = move.split
+                    self._event(
+                        "stolen", flow, f"took [{move.split}, {move.end}) from {victim.flow.id}"
+                    )
+                    return self._new_lane(flow, "normal", move.split, move.end)
+                if isinstance(move, Duplicate):
+                    victim = self.lanes[move.lane_id]
+                    lane = self._new_lane(flow, "duplicate", move.start, move.end)
+                    lane.shadow_of = victim
+                    victim.shadow = lane
+                    self.duplicate_budget_left -= move.end - move.start
+                    self._event(
+                        "duplicate", flow, f"races {victim.flow.id} over [{move.start}, {move.end})"
+                    )
+                    return lane
+                flow.stats.state = "idle"
+                if self._check_stuck():
+                    return None
+                self._lock.wait(0.25)
+
+    def _take_unstarted(self) -> tuple[int, int] | None:
+        """The largest range still queued for another flow that has not reached it."""
+        best: tuple[int, int, RangeSet] | None = None
+        for f in self.flows.values():
+            for s, e in f.initial:
+                if best is None or e - s > best[1] - best[0]:
+                    best = (s, e, f.initial)
+        if best is None:
+            return None
+        best[2].remove(best[0], best[1])
+        return best[0], best[1]
+
+    def _plan_tail(self, flow: Flow) -> Steal | Duplicate | None:
+        now = self._clock()
+        views = [
+            LaneView(
+                ln.id, ln.reserved, ln.owned_end, ln.flow.rate_estimate(now), ln.shadow is not None
+            )
+            for ln in self.lanes.values()
+            if ln.kind == "normal"
+            and not ln.orphan
+            and ln.flow is not flow
+            and ln.flow.alive
+            and not ln.flow.cancel.is_set()
+        ]
+        return plan_tail_move(
+            views,
+            thief_rate=flow.rate_estimate(now),
+            thief_latency_s=flow.latency_s
+            if flow.latency_s is not None
+            else self.cfg.default_latency_s,
+            grid=self.grid,
+            duplicate_budget_left=self.duplicate_budget_left,
+        )
+
+    def _run_lane(self, flow: Flow, lane: Lane) -> bool:
+        """Fetch one lane; False when the flow must stop."""
+        t_start = self._clock()
+        error: TransferError | None = None
+        try:
+            if flow.fetcher is None:
+                flow.stats.state = "connecting"
+                flow.fetcher = self._open_fetcher(
+                    flow.mirror.url, timeout=self.cfg.timeout, stall_timeout=self.cfg.stall_timeout
+                )
+            flow.stats.state = {"normal": "fetching", "duplicate": "racing", "repair": "repairing"}[
+                lane.kind
+            ]
+            lane.requested_at = self._clock()
+            flow.rate.start(lane.requested_at)
+            flow.fetcher.fetch(
+                lane.reserved, lane.end, lambda o, d, t: self._sink(lane, o, d, t), flow.cancel
+            )
+            with self._lock:
+                if (
+                    lane.reserved < lane.end.value
+                    and not flow.cancel.is_set()
+                    and not self._finished
+                ):
+                    error = PrematureEnd(
+                        f"transfer ended at byte {lane.reserved}, expected {lane.end.value}"
+                    )
+        except Cancelled:
+            pass
+        except TransferError as exc:
+            error = exc
+        finally:
+            flow.rate.stop()
+            flow.stats.seconds += self._clock() - t_start
+        with self._lock:
+            if lane.kind == "repair":
+                self._finish_repair(lane, ok=error is None)
+            self._release(lane)
+            if error is None and lane.reserved > lane.start:
+                flow.consecutive_failures = 0
+            self._lock.notify_all()
+        self._after_commit()
+        if error is None:
+            return not flow.cancel.is_set()
+        with self._lock:
+            return self._on_failure(flow, error)
+
+    def _on_failure(self, flow: Flow, error: TransferError) -> bool:
+        """Caller holds the lock. True: retry on this mirror after a backoff."""
+        flow.consecutive_failures += 1
+        flow.stats.failures += 1
+        if flow.fetcher is not None:
+            fetcher, flow.fetcher = flow.fetcher, None
+            try:
+                fetcher.close()
+            except Exception as exc:
+                self._log(f"{flow.id}: closing after an error failed: {exc}")
+        give_up = (
+            isinstance(error, PermanentError)
+            or not error.transient
+            or flow.consecutive_failures > self.cfg.max_consecutive_failures
+            or flow.stats.failures >= self.cfg.max_total_failures
+        )
+        # Issue 3: the unfinished remainder goes to a backup at the first failure;
+        # the mirror itself may come back after its backoff and help at the tail.
+        if not flow.replaced:
+            flow.replaced = self._start_backup()
+        if give_up:
+            self._event("failed", flow, f"{type(error).__name__}: {error}")
+            self._retire(flow, "failed")
+            self._lock.notify_all()
+            return False
+        delay = self.cfg.backoff_s[min(flow.consecutive_failures, len(self.cfg.backoff_s)) - 1]
+        self._event("retry", flow, f"{type(error).__name__}: {error}; retry in {delay:.1f}s")
+        flow.stats.state = "retrying"
+        self._lock.notify_all()
+        deadline = self._clock() + delay
+        while not (self._finished or self._abort or flow.cancel.is_set()):
+            left = deadline - self._clock()
+            if left <= 0:
+                break
+            self._lock.wait(min(left, 0.25))
+        return not flow.cancel.is_set()
+
+    def _retire(self, flow: Flow, state: str) -> None:
+        """Stop a flow for good (caller holds the lock); its lane is released by its thread."""
+        flow.stats.state = state
+        flow.cancel.set()
+        if flow.lane is not None:
+            flow.lane.end.lower_to(flow.lane.reserved)
+
+    def _release(self, lane: Lane) -> None:
+        """A lane's fetch returned: give back what it did not fetch (lock held)."""
+        lane.flow.lane = None
+        if lane.kind == "repair":
+            self.lanes.pop(lane.id, None)
+            return
+        if lane.kind == "duplicate" and lane.shadow_of is not None:
+            victim = lane.shadow_of  # never overtook its victim: owns nothing
+            victim.shadow = None
+            lane.shadow_of = None
+            if victim.orphan:
+                self._give_back(victim)
+            self.lanes.pop(lane.id, None)
+            return
+        if lane.shadow is not None:
+            dup = lane.shadow
+            if lane.reserved >= lane.owned_end:
+                dup.end.lower_to(dup.reserved)  # the victim won the race
+                dup.owned_end = dup.reserved
+                dup.shadow_of = None
+                lane.shadow = None
+            else:
+                lane.orphan = True  # the duplicate will take over the rest
+                return
+        self._give_back(lane)
+
+    def _give_back(self, lane: Lane) -> None:
+        self.lanes.pop(lane.id, None)
+        if lane.reserved < lane.owned_end:
+            self.pool.add(lane.reserved, lane.owned_end)
+            self._lock.notify_all()
+
+    # --- data path --------------------------------------------------------------------
+
+    def _sink(self, lane: Lane, offset: int, data: memoryview, arrival_ns: int) -> None:
+        flow = lane.flow
+        n = len(data)
+        now = self._clock()
+        with self._lock:
+            if flow.cancel.is_set() or self._abort is not None:
+                raise Cancelled("flow cancelled")
+            if offset != lane.reserved:
+                raise TransferError(f"fetcher delivered offset {offset}, expected {lane.reserved}")
+            if lane.first_byte is None:
+                lane.first_byte = now
+                if lane.requested_at is not None:
+                    lat = now - lane.requested_at
+                    flow.latency_s = (
+                        lat if flow.latency_s is None else 0.7 * flow.latency_s + 0.3 * lat
+                    )
+            flow.stats.received += n
+            if lane.kind == "duplicate" and lane.shadow_of is not None:
+                victim = lane.shadow_of
+                if offset + n <= victim.reserved:
+                    lane.reserved = offset + n
+                    self.duplicate_bytes += n
+                    return
+                # Overtake: the victim stops at p, this lane owns [p, end).
+                p = max(offset, victim.reserved)
+                victim.end.lower_to(p)
+                victim.owned_end = p
+                victim.shadow = None
+                lane.shadow_of = None
+                lane.kind = "normal"
+                lane.start = p
+                self.duplicate_bytes += p - offset
+                if victim.orphan:
+                    self.lanes.pop(victim.id, None)
+                data = data[p - offset :]
+                offset = p
+                lane.reserved = p
+                n = len(data)
+            limit = min(lane.end.value, lane.owned_end)
+            m = min(n, limit - offset)
+            if m <= 0:
+                return
+            lane.reserved = offset + m
+        try:
+            if lane.kind == "repair":
+                assert lane.buffer is not None
+                lane.buffer[offset - lane.start : offset - lane.start + m] = data[:m]
+            else:
+                self.part.pwrite(data[:m], offset)
+        except OSError as exc:
+            with self._lock:
+                lane.reserved = offset
+            raise EngineAborted(f"cannot write {self.part.path}: {exc}") from exc
+        flow.rate.add(m, now)
+        for obs in self.observers:
+            try:
+                obs.on_receive(flow.id, arrival_ns, len(data))
+            except Exception as exc:
+                self._notify_failed(obs, exc)
+        if lane.kind == "repair":
+            return
+        complete: list[int] = []
+        with self._lock:
+            self.done.add(offset, offset + m)
+            self.owners.set(offset, offset + m, flow.id)
+            flow.stats.bytes += m
+            for i in self.grid.touching(offset, offset + m):
+                s, e = self.grid.bounds(i)
+                if (
+                    i not in self.verifying
+                    and self.done.covers(s, e)
+                    and not self.committed.covers(s, e)
+                ):
+                    self.verifying.add(i)
+                    complete.append(i)
+        for i in complete:
+            self._complete_piece(i, flow)
+
+    def _notify_failed(self, obs: FlowObserver, exc: Exception) -> None:
+        self._log(f"flow observer {obs!r} failed: {exc}; removed")
+        with self._lock:
+            if obs in self.observers:
+                self.observers.remove(obs)
+
+    def _complete_piece(self, index: int, flow: Flow) -> None:
+        s, e = self.grid.bounds(index)
+        hashes = self.plan.file.piece_sha256
+        ok = hashes is None or sha256_of_range(self.part, s, e) == hashes[index]
+        with self._lock:
+            self.verifying.discard(index)
+            if ok:
+                self._commit(s, e)
+            else:
+                self._piece_failed(index, s, e)
+        self._after_commit()
+
+    def _piece_failed(self, index: int, s: int, e: int) -> None:
+        """Lock held: refetch the piece elsewhere; blame its only writer at once."""
+        suspects = {o for _, _, o in self.owners.query(s, e)}
+        self.done.remove(s, e)
+        self._log(f"piece {index} failed its SHA-256 (written by {', '.join(sorted(suspects))})")
+        if len(suspects) == 1:
+            self._blame(next(iter(suspects)), f"piece {index} failed its SHA-256")
+        self.repairs.append(RepairJob(index, set(suspects) | self.bad_mirrors, suspects))
+        self._lock.notify_all()
+
+    def _commit(self, s: int, e: int) -> None:
+        """Lock held: a piece is complete and verified."""
+        self.committed.add(s, e)
+        if self.committed.covers(0, self.size) and not self.repairs:
+            self._finished = True
+            self._stop_lanes()
+        self._prefix_dirty = True
+        self._lock.notify_all()
+
+    def _after_commit(self) -> None:
+        """Outside the lock: record committed pieces, feed the prefix hasher."""
+        with self._ckpt_lock:
+            with self._lock:
+                if not self._prefix_dirty:
+                    return
+                self._prefix_dirty = False
+                committed = self.committed.copy()
+                runs = self.owners.runs()
+            if self._checkpoint is not None:
+                self._checkpoint(committed, runs)
+            if self._on_prefix is not None:
+                self._on_prefix(committed.contiguous_end(0))
+
+    def _blame(self, mirror: str, why: str) -> None:
+        """Lock held: a mirror served wrong bytes; stop using it."""
+        if mirror in self.bad_mirrors:
+            return
+        self.bad_mirrors.add(mirror)
+        flow = self.flows.get(mirror)
+        if flow is not None:
+            self._event("corrupt", flow, why)
+            if flow.alive:
+                self._retire(flow, "corrupt")
+        for job in self.repairs:
+            job.avoid.add(mirror)
+        self._start_backup()
+
+    def _finish_repair(self, lane: Lane, ok: bool) -> None:
+        """Lock held: a repair lane ended; verify its buffer, blame, write."""
+        job = self._repair_jobs.pop(lane.id)
+        index = lane.piece
+        assert index is not None and lane.buffer is not None
+        s, e = self.grid.bounds(index)
+        flow = lane.flow
+        if not ok or lane.reserved < e:
+            self.repairs.append(job)  # try again (maybe elsewhere)
+            return
+        self.refetched_bytes += e - s
+        hashes = self.plan.file.piece_sha256
+        assert hashes is not None
+        if sha256_of_buffer(lane.buffer) != hashes[index]:
+            job.avoid.add(flow.id)
+            self.repairs.append(job)
+            self._blame(flow.id, f"repair of piece {index} failed its SHA-256 too")
+            return
+        # Who was wrong: compare each suspect's run with the good copy.
+        for rs, re_, owner in self.owners.query(s, e):
+            if (
+                owner in job.suspects
+                and self.part.pread(re_ - rs, rs) != lane.buffer[rs - s : re_ - s]
+            ):
+                self._blame(owner, f"served wrong bytes in piece {index}")
+        self.part.pwrite(memoryview(lane.buffer), s)
+        lane.buffer = None
+        self.done.add(s, e)
+        self.owners.set(s, e, flow.id)
+        flow.stats.bytes += e - s
+        self._commit(s, e)
+
+    # --- supervision --------------------------------------------------------------------
+
+    def _check_stuck(self) -> bool:
+        """Lock held. Abort when nobody is left who could finish the file."""
+        if self._finished or self._abort is not None:
+            return True
+        alive = [f for f in self.flows.values() if f.alive and not f.cancel.is_set()]
+        if (
+            self.repairs
+            and all(all(f.id in job.avoid for f in alive) for job in self.repairs)
+            and not self.pool
+            and not any(ln.kind != "repair" for ln in self.lanes.values())
+        ):
+            if self._start_backup():
+                return False
+            self._abort = NoMirrorCouldServe(
+                f"no mirror left that could serve a correct copy of piece {self.repairs[0].piece}"
+            )
+            self._lock.notify_all()
+            return True
+        if not alive and not self.backups:
+            left = self.size - self.committed.total()
+            self._abort = NoMirrorCouldServe(
+                f"every mirror failed with {left} bytes still missing: "
+                + "; ".join(f"{s.name}: {s.state}" for s in self.stats)
+            )
+            self._lock.notify_all()
+            return True
+        if not alive and self.backups:
+            return not self._start_backup()
+        return False
+
+    def _stop_lanes(self) -> None:
+        for lane in self.lanes.values():
+            lane.end.lower_to(lane.reserved)
+
+    def _stop_all(self) -> None:
+        with self._lock:
+            self._stop_lanes()
+            for f in self.flows.values():
+                f.cancel.set()
+            self._lock.notify_all()
+
+    def _event(self, kind: EventKind, flow: Flow, detail: str) -> None:
+        ev = MirrorEvent(kind, flow.id, self._clock() - self._t0, detail)
+        self.events.append(ev)
+        if kind not in flow.stats.events:
+            flow.stats.events.append(kind)
+        self._log(f"{flow.id}: {kind}: {detail}")
+
+    def _monitor(self) -> None:
+        """Slow-Server-Algo every monitoring interval (paper 001, lines 25-38)."""
+        prev: dict[str, tuple[int, int, int]] = {}  # flow -> (lane id, bytes, remaining)
+        strikes: dict[str, int] = {}
+        while True:
+            with self._lock:
+                # Notifications are frequent (every piece): wait out the full interval.
+                deadline = self._clock() + self.cfg.monitor_interval_s
+                while not (self._finished or self._abort is not None):
+                    left = deadline - self._clock()
+                    if left <= 0:
+                        break
+                    self._lock.wait(left)
+                if self._finished or self._abort is not None:
+                    return
+                now = self._clock()
+                progress: list[FlowProgress] = []
+                current: dict[str, tuple[int, int, int]] = {}
+                for f in self.flows.values():
+                    lane = f.lane
+                    if lane is None or lane.kind != "normal" or not f.alive or f.cancel.is_set():
+                        continue
+                    if lane.first_byte is None:
+                        continue  # still connecting: not slow, just not started
+                    current[f.id] = (lane.id, f.stats.bytes, lane.owned_end - lane.reserved)
+                    before = prev.get(f.id)
+                    if before is not None and before[0] == lane.id:
+                        progress.append(FlowProgress(f.id, f.stats.bytes - before[1], before[2]))
+                prev = current
+                verdicts = find_slow_flows(progress, self.cfg.slow_ratio)
+                slow_now = {v.flow_id for v in verdicts}
+                strikes = {f: strikes.get(f, 0) + 1 for f in slow_now}
+                for verdict in verdicts:
+                    if strikes[verdict.flow_id] < self.cfg.slow_strikes:
+                        continue
+                    flow = self.flows[verdict.flow_id]
+                    lane = flow.lane
+                    if lane is None or lane.kind != "normal" or lane.shadow is not None:
+                        continue
+                    remaining = lane.owned_end - lane.reserved
+                    if remaining < self.cfg.slow_min_pieces * self.grid.piece_size:
+                        continue
+                    if now - flow.last_cut < 3 * self.cfg.monitor_interval_s:
+                        continue
+                    split = self.grid.align_up(lane.reserved + reduced_portion(remaining, verdict))
+                    if split >= lane.owned_end:
+                        continue
+                    old_end = lane.owned_end
+                    lane.end.lower_to(split)
+                    lane.owned_end = split
+                    flow.last_cut = now
+                    self.pool.add(split, old_end)
+                    self._event(
+                        "slow",
+                        flow,
+                        f"T_m={verdict.t_m:.3g} < {self.cfg.slow_ratio} x "
+                        f"T_mean={verdict.t_mean:.3g}; "
+                        f"[{split}, {old_end}) handed over",
+                    )
+                    self._start_backup()
+                    self._lock.notify_all()

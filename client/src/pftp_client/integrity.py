@@ -1,0 +1,242 @@
+"""SHA-256 checks: per piece while downloading, whole file at the end, and the
+search for the mirror that served wrong bytes when only the whole-file hash is
+known (issue 3, "Integrity").
+
+Memory stays bounded: every check streams the part file in ``CHUNK`` blocks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pftp_client.part_file import PartFile
+from pftp_client.transports.base import RangeEnd, RangeFetcher, TransferError
+
+CHUNK = 1024 * 1024
+ALT_SUFFIX = ".pftp-alt"
+
+
+class VerificationFailed(Exception):
+    """The file does not match its SHA-256 and could not be repaired."""
+
+
+def sha256_of_range(part: PartFile, start: int, end: int) -> str:
+    h = hashlib.sha256()
+    pos = start
+    while pos < end:
+        n = min(CHUNK, end - pos)
+        h.update(part.pread(n, pos))
+        pos += n
+    return h.hexdigest()
+
+
+def sha256_of_buffer(data: bytes | bytearray | memoryview) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class PrefixHasher:
+    """Hashes the part file in order, as far as the completed prefix reaches.
+
+    Bytes arrive out of order, but the prefix of completed pieces grows during
+    the download; hashing it meanwhile (from the page cache) leaves only the
+    last stretch to hash at the end instead of the whole file.
+    """
+
+    def __init__(self, part: PartFile) -> None:
+        self._part = part
+        self._h = hashlib.sha256()
+        self._pos = 0
+        self._target = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="pftp-hasher", daemon=True)
+        self._thread.start()
+
+    def advance(self, prefix_end: int) -> None:
+        with self._cond:
+            if prefix_end > self._target:
+                self._target = prefix_end
+                self._cond.notify_all()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while self._pos >= self._target and not self._closed:
+                        self._cond.wait()
+                    if self._pos >= self._target and self._closed:
+                        return
+                    pos, target = self._pos, self._target
+                n = min(CHUNK, target - pos)
+                self._h.update(self._part.pread(n, pos))
+                with self._cond:
+                    self._pos = pos + n
+                    self._cond.notify_all()
+        except BaseException as exc:  # surfaced by finish()
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+
+    def finish(self, size: int) -> str:
+        self.advance(size)
+        with self._cond:
+            while self._pos < size and self._error is None:
+                self._cond.wait()
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._h.hexdigest()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._target = self._pos
+            self._cond.notify_all()
+        self._thread.join(timeout=5)
+
+
+# --- culprit search with a whole-file hash only ---------------------------------------
+
+
+@dataclass
+class CulpritSearch:
+    ok: bool
+    sha256: str
+    blamed: dict[str, int] = field(default_factory=dict)  # mirror -> wrong bytes
+    refetched_bytes: int = 0
+    repaired_bytes: int = 0
+    detail: str = ""
+
+
+OpenFetcher = Callable[[str], RangeFetcher]
+
+
+def _compare_run(
+    part: PartFile,
+    alt: PartFile,
+    fetcher: RangeFetcher,
+    start: int,
+    end: int,
+    mismatches: list[tuple[int, int]],
+) -> int:
+    """Stream [start, end) from ``fetcher``; where it differs from the part file,
+    keep the referee's bytes in the alt file and record the range."""
+    state = {"pos": start}
+
+    def sink(offset: int, data: memoryview, _arrival_ns: int) -> None:
+        mine = part.pread(len(data), offset)
+        if mine != data:
+            alt.pwrite(data, offset)
+            if mismatches and mismatches[-1][1] == offset:
+                mismatches[-1] = (mismatches[-1][0], offset + len(data))
+            else:
+                mismatches.append((offset, offset + len(data)))
+        state["pos"] = offset + len(data)
+
+    fetcher.fetch(start, RangeEnd(end), sink, threading.Event())
+    if state["pos"] < end:
+        raise TransferError(f"referee stopped at {state['pos']} of [{start}, {end})")
+    return end - start
+
+
+def _swap(part: PartFile, alt: PartFile, ranges: Sequence[tuple[int, int]]) -> None:
+    for s, e in ranges:
+        pos = s
+        while pos < e:
+            n = min(CHUNK, e - pos)
+            a, b = part.pread(n, pos), alt.pread(n, pos)
+            part.pwrite(b, pos)
+            alt.pwrite(a, pos)
+            pos += n
+
+
+def find_culprits_and_repair(
+    part: PartFile,
+    runs: Sequence[tuple[int, int, str]],
+    urls: dict[str, str],
+    expected_sha256: str,
+    open_fetcher: OpenFetcher,
+    log: Callable[[str], None] = lambda _m: None,
+) -> CulpritSearch:
+    """Whole-file hash failed and no piece hashes exist: find who served bad bytes.
+
+    1. Every run of bytes written by mirror m is fetched again from another
+       mirror (the referee) and compared; differing bytes go to a side file.
+    2. Hypothesis "m served bad bytes", for each mirror with differences (most
+       first): swap in the referee's bytes for m's differing ranges and hash
+       the file; if it matches, m is blamed and the file is repaired; if not,
+       swap back (a referee may be the bad one). Last hypothesis: all of them.
+    Memory is one chunk; disk is a sparse side file of the differing bytes.
+    """
+    alt_path = Path(str(part.path) + ALT_SUFFIX)
+    alt = PartFile(alt_path, part.size, reuse=False)
+    result = CulpritSearch(ok=False, sha256="")
+    try:
+        mirrors = [m for m in urls]
+        if len(mirrors) < 2:
+            result.sha256 = sha256_of_range(part, 0, part.size)
+            result.detail = "only one mirror: nobody to compare with"
+            return result
+        per_mirror: dict[str, list[tuple[int, int]]] = {}
+        fetchers: dict[str, RangeFetcher] = {}
+        try:
+            for start, end, owner in runs:
+                referees = [m for m in mirrors if m != owner]
+                mism = per_mirror.setdefault(owner, [])
+                for ref in referees:
+                    try:
+                        if ref not in fetchers:
+                            fetchers[ref] = open_fetcher(urls[ref])
+                        result.refetched_bytes += _compare_run(
+                            part, alt, fetchers[ref], start, end, mism
+                        )
+                        break
+                    except TransferError as exc:
+                        log(f"integrity: referee {ref} failed on [{start}, {end}): {exc}")
+                        bad = fetchers.pop(ref, None)
+                        if bad is not None:
+                            bad.close()
+                else:
+                    result.detail = f"no referee could serve [{start}, {end})"
+        finally:
+            for f in fetchers.values():
+                f.close()
+        suspects = sorted(
+            (m for m, r in per_mirror.items() if r),
+            key=lambda m: -sum(e - s for s, e in per_mirror[m]),
+        )
+        hypotheses = [[m] for m in suspects]
+        if len(suspects) > 1:
+            hypotheses.append(list(suspects))
+        for hyp in hypotheses:
+            ranges = [r for m in hyp for r in per_mirror[m]]
+            _swap(part, alt, ranges)
+            digest = sha256_of_range(part, 0, part.size)
+            if digest == expected_sha256:
+                result.ok = True
+                result.sha256 = digest
+                result.blamed = {m: sum(e - s for s, e in per_mirror[m]) for m in hyp}
+                result.repaired_bytes = sum(e - s for s, e in ranges)
+                log(
+                    f"integrity: repaired {result.repaired_bytes} bytes "
+                    f"served wrong by {', '.join(hyp)}"
+                )
+                return result
+            _swap(part, alt, ranges)  # undo
+        result.sha256 = sha256_of_range(part, 0, part.size)
+        result.detail = result.detail or (
+            "no mirror disagreed with another"
+            if not suspects
+            else "no repair produced the expected SHA-256"
+        )
+        return result
+    finally:
+        alt.close()
+        alt_path.unlink(missing_ok=True)

@@ -1,0 +1,178 @@
+"""What to download from whom: the validated form of a coordinator answer, or a
+plan built from the mirrors the user named (dynamic parallel access, paper 000).
+
+A coordinator answer is checked before anything is fetched (issue 3): the
+portions must be disjoint, inside the file and cover it exactly, and piece
+hashes must match the piece geometry. Anything else is a ``PlanError`` whose
+message says exactly what is wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pftp_wire import AssignmentResponse
+
+SUPPORTED_SCHEMES = ("ftp", "http", "https")
+PlanMode = Literal["coordinated", "dynamic", "single"]
+
+
+class PlanError(ValueError):
+    """The coordinator's answer (or the user's input) cannot be used as a plan."""
+
+
+@dataclass(frozen=True)
+class MirrorSource:
+    name: str
+    url: str
+    expected_bps: float | None = None  # bits/s, the coordinator's estimate
+    suitability: float | None = None
+
+
+@dataclass(frozen=True)
+class Portion:
+    mirror: MirrorSource
+    start: int
+    end: int  # exclusive
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    name: str
+    size: int
+    sha256: str | None = None
+    piece_size: int | None = None
+    piece_sha256: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            raise PlanError(f"file size must be >= 0, got {self.size}")
+        if self.sha256 is not None and (
+            len(self.sha256) != 64 or any(c not in "0123456789abcdef" for c in self.sha256)
+        ):
+            raise PlanError("sha256 must be 64 lowercase hex digits")
+        if self.piece_sha256 is not None:
+            if not self.piece_size:
+                raise PlanError("piece hashes given without a piece size")
+            want = -(-self.size // self.piece_size)
+            if len(self.piece_sha256) != want:
+                raise PlanError(
+                    f"{len(self.piece_sha256)} piece hashes for a {self.size}-byte file with "
+                    f"{self.piece_size}-byte pieces; expected {want}"
+                )
+
+
+@dataclass(frozen=True)
+class Plan:
+    file: FileIdentity
+    mode: PlanMode
+    # coordinated: one portion per active mirror; dynamic/single: empty (the
+    # engine splits the file itself).
+    portions: tuple[Portion, ...] = ()
+    active: tuple[MirrorSource, ...] = ()
+    backups: tuple[MirrorSource, ...] = ()
+    request_id: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def urls(self) -> list[str]:
+        return [m.url for m in (*self.active, *self.backups)]
+
+
+def check_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in SUPPORTED_SCHEMES or not parts.hostname:
+        raise PlanError(
+            f"unsupported mirror URL {url!r} (need ftp://, http:// or https://host/path)"
+        )
+    return url
+
+
+def check_tiling(size: int, spans: list[tuple[str, int, int]]) -> None:
+    """Portions (name, start, end) must be disjoint, inside [0, size) and cover it."""
+    pos = 0
+    for name, start, end in sorted(spans, key=lambda t: (t[1], t[2])):
+        if end > size:
+            raise PlanError(
+                f"portion of {name} [{start}, {end}) goes beyond the end of the file ({size} bytes)"
+            )
+        if start < pos:
+            raise PlanError(
+                f"portion of {name} [{start}, {end}) overlaps the previous portion (ends at {pos})"
+            )
+        if start > pos:
+            raise PlanError(f"bytes [{pos}, {start}) are not assigned to any mirror")
+        pos = end
+    if pos < size:
+        raise PlanError(f"bytes [{pos}, {size}) are not assigned to any mirror")
+
+
+def plan_from_assignments(resp: AssignmentResponse) -> Plan:
+    info = resp.file
+    ident = FileIdentity(
+        name=info.name,
+        size=info.size,
+        sha256=info.sha256,
+        piece_size=info.piece_size,
+        piece_sha256=tuple(info.piece_sha256) if info.piece_sha256 is not None else None,
+    )
+    spans: list[tuple[str, int, int]] = []
+    portions: list[Portion] = []
+    seen: set[str] = set()
+    for a in resp.assignments:
+        check_url(a.url)
+        if a.mirror in seen:
+            raise PlanError(f"mirror {a.mirror!r} is assigned twice")
+        seen.add(a.mirror)
+        end = a.offset + a.length
+        spans.append((a.mirror, a.offset, end))
+        if a.length:
+            src = MirrorSource(a.mirror, a.url, a.expected_bps, a.suitability)
+            portions.append(Portion(src, a.offset, end))
+    if not resp.assignments and info.size > 0:
+        raise PlanError("the coordinator assigned no mirror")
+    check_tiling(info.size, spans)
+    backups: list[MirrorSource] = []
+    for b in resp.backups:
+        check_url(b.url)
+        if b.mirror in seen:
+            continue  # a backup that is already active adds nothing
+        seen.add(b.mirror)
+        backups.append(MirrorSource(b.mirror, b.url, b.expected_bps, b.suitability))
+    active = tuple(p.mirror for p in sorted(portions, key=lambda p: p.start))
+    if not active and resp.assignments:
+        # Zero-byte file: keep one mirror so the engine has somebody to ask.
+        a = resp.assignments[0]
+        active = (MirrorSource(a.mirror, a.url, a.expected_bps, a.suitability),)
+    return Plan(
+        file=ident,
+        mode="coordinated",
+        portions=tuple(sorted(portions, key=lambda p: p.start)),
+        active=active,
+        backups=tuple(backups),
+        request_id=resp.request_id,
+    )
+
+
+def mirror_name(url: str, taken: set[str]) -> str:
+    """A short, unique, human-readable name for a user-given mirror URL."""
+    parts = urlsplit(url)
+    base = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    name, n = base, 2
+    while name in taken:
+        name = f"{base}#{n}"
+        n += 1
+    taken.add(name)
+    return name
+
+
+def dynamic_plan(file: FileIdentity, urls: list[str]) -> Plan:
+    if not urls:
+        raise PlanError("no mirror URL given")
+    taken: set[str] = set()
+    mirrors = []
+    for u in dict.fromkeys(urls):  # drop repeated URLs, keep order
+        mirrors.append(MirrorSource(mirror_name(check_url(u), taken), u))
+    return Plan(file=file, mode="dynamic" if len(mirrors) > 1 else "single", active=tuple(mirrors))

@@ -1,0 +1,175 @@
+"""What the user sees while a download runs.
+
+``RichProgress``: a live table on a terminal (total bar, then per mirror: state,
+bytes, rate, events). ``PlainProgress``: one line every few seconds when the
+output is not a terminal (logs, CI). ``QuietProgress``: nothing but errors.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from pftp_client.summary import DownloadSummary, MirrorStats
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def human_rate(bytes_per_s: float | None) -> str:
+    if bytes_per_s is None:
+        return "-"
+    return f"{bytes_per_s * 8 / 1e6:.1f} Mbit/s"
+
+
+class QuietProgress:
+    def start(self, name: str, size: int, mirrors: Sequence[str]) -> None:
+        pass
+
+    def update(
+        self,
+        done: int,
+        size: int,
+        elapsed: float,
+        mirrors: Sequence[MirrorStats],
+        rates: dict[str, float | None],
+    ) -> None:
+        pass
+
+    def finish(self, summary: DownloadSummary | None) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        pass
+
+
+class PlainProgress(QuietProgress):
+    def __init__(self, stream: TextIO = sys.stderr, every_s: float = 5.0) -> None:
+        self.stream = stream
+        self.every_s = every_s
+        self._last = 0.0
+
+    def _print(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def start(self, name: str, size: int, mirrors: Sequence[str]) -> None:
+        self._print(f"pftp: {name}: {human_bytes(size)} from {len(mirrors)} mirror(s)")
+
+    def update(
+        self,
+        done: int,
+        size: int,
+        elapsed: float,
+        mirrors: Sequence[MirrorStats],
+        rates: dict[str, float | None],
+    ) -> None:
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            return
+        self._last = now
+        pct = 100 * done / size if size else 100.0
+        per = ", ".join(f"{m.name} {m.state} {human_rate(rates.get(m.name))}" for m in mirrors)
+        self._print(f"pftp: {pct:5.1f}% {human_bytes(done)} in {elapsed:.0f}s [{per}]")
+
+    def finish(self, summary: DownloadSummary | None) -> None:
+        if summary is not None:
+            self._print(render_summary_line(summary))
+
+    def message(self, text: str) -> None:
+        self._print(f"pftp: {text}")
+
+
+class RichProgress(QuietProgress):
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self._bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+        )
+        self._task = None
+        self._table = Table()
+        self._live: Live | None = None
+
+    def start(self, name: str, size: int, mirrors: Sequence[str]) -> None:
+        self._task = self._bar.add_task(name, total=size or 1)
+        self._live = Live(Group(self._bar, self._table), console=self.console, refresh_per_second=4)
+        self._live.start()
+
+    def update(
+        self,
+        done: int,
+        size: int,
+        elapsed: float,
+        mirrors: Sequence[MirrorStats],
+        rates: dict[str, float | None],
+    ) -> None:
+        if self._task is None or self._live is None:
+            return
+        self._bar.update(self._task, completed=done)
+        table = Table(box=None, pad_edge=False)
+        for col in ("mirror", "state", "bytes", "rate", "events"):
+            table.add_column(col)
+        for m in mirrors:
+            table.add_row(
+                m.name,
+                m.state,
+                human_bytes(m.bytes),
+                human_rate(rates.get(m.name)),
+                ",".join(m.events),
+            )
+        self._live.update(Group(self._bar, table))
+
+    def finish(self, summary: DownloadSummary | None) -> None:
+        if self._live is not None:
+            if summary is not None and self._task is not None:
+                self._bar.update(self._task, completed=summary.size or 1)
+            self._live.stop()
+            self._live = None
+        if summary is not None:
+            self.console.print(render_summary_line(summary))
+
+    def message(self, text: str) -> None:
+        self.console.print(f"[yellow]pftp:[/] {text}")
+
+
+def render_summary_line(s: DownloadSummary) -> str:
+    rate = 8 * (s.size - s.resumed_bytes) / s.seconds / 1e6 if s.seconds > 0 else 0.0
+    check = "SHA-256 verified" if s.sha256_verified else "no SHA-256 known to check against"
+    per = "; ".join(
+        f"{m.name}: {human_bytes(m.bytes)} {m.rate_bps / 1e6:.1f} Mbit/s"
+        + (f" ({','.join(m.events)})" if m.events else "")
+        for m in s.mirrors
+    )
+    head = f"pftp: {s.path}: {human_bytes(s.size)} in {s.seconds:.1f}s ({rate:.1f} Mbit/s)"
+    return f"{head}, {check}. {per}"
+
+
+def choose_progress(quiet: bool, json_out: bool, stream: TextIO = sys.stderr) -> QuietProgress:
+    if quiet:
+        return QuietProgress()
+    if stream.isatty() and not json_out:
+        return RichProgress()
+    return PlainProgress(stream)

@@ -1,0 +1,53 @@
+"""Windowed throughput of one flow, bounded memory, clock passed in."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+
+class RateMeter:
+    """Bytes per second over roughly the last ``window_s`` seconds of activity.
+
+    Samples of the cumulative byte count are kept at most every ``step_s``, so
+    memory is bounded by window_s / step_s whatever the transfer rate.
+    """
+
+    def __init__(self, window_s: float = 3.0, step_s: float = 0.1) -> None:
+        self.window_s = window_s
+        self.step_s = step_s
+        self.total = 0
+        self._samples: deque[tuple[float, int]] = deque(maxlen=int(window_s / step_s) + 2)
+        self._lock = threading.Lock()
+        self._last_rate: float | None = None
+
+    def start(self, now: float) -> None:
+        """Mark the start of an active period (a new request)."""
+        with self._lock:
+            self._samples.clear()
+            self._samples.append((now, self.total))
+
+    def add(self, nbytes: int, now: float) -> None:
+        with self._lock:
+            self.total += nbytes
+            if not self._samples or now - self._samples[-1][0] >= self.step_s:
+                self._samples.append((now, self.total))
+                while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
+                    self._samples.popleft()
+
+    def rate(self, now: float) -> float | None:
+        """Current rate; the last known one while idle; None before any data."""
+        with self._lock:
+            if len(self._samples) >= 1:
+                t0, b0 = self._samples[0]
+                dt = now - t0
+                if dt >= min(0.2, self.window_s) and self.total > b0:
+                    self._last_rate = (self.total - b0) / dt
+                elif dt >= self.window_s:
+                    self._last_rate = 0.0
+            return self._last_rate
+
+    def stop(self) -> None:
+        """End of an active period: freeze the last rate (idle time is not slowness)."""
+        with self._lock:
+            self._samples.clear()

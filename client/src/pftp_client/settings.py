@@ -1,0 +1,75 @@
+"""Client settings: command-line option > environment > config file.
+
+Config file: ``$PFTP_CONFIG``, else ``$XDG_CONFIG_HOME/pftp/client.toml``, else
+``~/.config/pftp/client.toml``. Keys (all optional)::
+
+    coordinator = "http://coordinator.campus.example:8000"   # or a list
+    access_bandwidth = "100M"        # bits/s; see access_bandwidth.py
+    timeout = 30                     # seconds, connect/reply
+    stall_timeout = 15               # seconds without a byte = failed flow
+    domain = "campus.example"        # for DNS SRV discovery
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class SettingsError(ValueError):
+    pass
+
+
+@dataclass
+class ClientSettings:
+    coordinators: list[str] = field(default_factory=list)
+    access_bandwidth: str | None = None
+    timeout: float = 30.0
+    stall_timeout: float = 15.0
+    domain: str | None = None
+    source: str = "defaults"
+
+
+def config_path(env: Mapping[str, str] = os.environ) -> Path:
+    if env.get("PFTP_CONFIG"):
+        return Path(env["PFTP_CONFIG"])
+    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
+    return base / "pftp" / "client.toml"
+
+
+def _number(raw: dict, key: str, default: float, path: Path) -> float:
+    value = raw.get(key, default)
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        raise SettingsError(f"{path}: {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def load_settings(env: Mapping[str, str] = os.environ, path: Path | None = None) -> ClientSettings:
+    path = path or config_path(env)
+    settings = ClientSettings()
+    if path.exists():
+        try:
+            raw = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SettingsError(f"cannot read config file {path}: {exc}") from exc
+        coord = raw.get("coordinator", [])
+        coords = [coord] if isinstance(coord, str) else coord
+        if not isinstance(coords, list) or not all(isinstance(c, str) for c in coords):
+            raise SettingsError(f"{path}: coordinator must be a URL or a list of URLs")
+        bw = raw.get("access_bandwidth")
+        if bw is not None and not isinstance(bw, str | int):
+            raise SettingsError(f'{path}: access_bandwidth must be like "100M"')
+        settings = ClientSettings(
+            coordinators=coords,
+            access_bandwidth=str(bw) if bw is not None else None,
+            timeout=_number(raw, "timeout", 30.0, path),
+            stall_timeout=_number(raw, "stall_timeout", 15.0, path),
+            domain=raw.get("domain"),
+            source=str(path),
+        )
+    if env.get("PFTP_COORDINATOR"):
+        settings.coordinators = [env["PFTP_COORDINATOR"], *settings.coordinators]
+    return settings

@@ -1,0 +1,90 @@
+"""What a download did: per-mirror figures and events, for --json, the progress
+display, the library caller and the report to the coordinator."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+EventKind = Literal[
+    "slow", "failed", "retry", "congested", "corrupt", "backup", "stolen", "duplicate"
+]
+
+
+@dataclass
+class MirrorEvent:
+    kind: EventKind
+    mirror: str
+    at_s: float
+    detail: str = ""
+
+
+@dataclass
+class MirrorStats:
+    name: str
+    url: str
+    role: Literal["active", "backup"] = "active"
+    state: str = "waiting"
+    bytes: int = 0  # bytes written into the file (useful bytes)
+    received: int = 0  # bytes received, including discarded duplicates
+    seconds: float = 0.0  # time spent fetching
+    failures: int = 0
+    events: list[str] = field(default_factory=list)
+
+    @property
+    def rate_bps(self) -> float:
+        """Throughput in bits per second while fetching."""
+        return 8 * self.bytes / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def slow(self) -> bool:
+        return "slow" in self.events
+
+    @property
+    def congested(self) -> bool:
+        return "congested" in self.events
+
+    @property
+    def corrupt(self) -> bool:
+        return "corrupt" in self.events
+
+
+@dataclass
+class DownloadSummary:
+    name: str
+    path: str
+    size: int
+    seconds: float
+    mode: str  # coordinated | dynamic | single
+    sha256: str | None  # of the file written
+    expected_sha256: str | None
+    sha256_verified: bool  # an expected hash was known and matched
+    mirrors: list[MirrorStats]
+    events: list[MirrorEvent] = field(default_factory=list)
+    resumed_bytes: int = 0  # already present from an interrupted run
+    duplicate_bytes: int = 0  # fetched twice at the tail (bounded, paper 000)
+    refetched_bytes: int = 0  # fetched again to repair or find bad bytes
+    request_id: str | None = None
+    coordinator: str | None = None
+    access_bandwidth_bps: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fetched_bytes(self) -> int:
+        return sum(m.received for m in self.mirrors)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for m, raw in zip(self.mirrors, out["mirrors"], strict=True):
+            raw["rate_bps"] = round(m.rate_bps, 1)
+            raw["seconds"] = round(m.seconds, 3)
+        out["seconds"] = round(self.seconds, 3)
+        out["fetched_bytes"] = self.fetched_bytes
+        out["rate_bps"] = (
+            round(8 * (self.size - self.resumed_bytes) / self.seconds, 1)
+            if self.seconds > 0
+            else 0.0
+        )
+        for ev in out["events"]:
+            ev["at_s"] = round(ev["at_s"], 3)
+        return out

@@ -1,0 +1,155 @@
+"""No idle tail: what a flow that ran out of work does next (paper 000, III).
+
+Paper 000 keeps every server busy with small blocks and, at the end, lets idle
+servers re-request blocks still in flight elsewhere ("termination idle time").
+Our flows stream long ranges instead of blocks (no inter-block idle time at
+all), so the same goal is reached by splitting: an idle flow takes the end of
+the range that will finish last, cutting that flow's ``RangeEnd``.
+
+Where to cut: both flows should finish together. With victim rate r_v, thief
+rate r_t and the thief's request latency L (time to first byte), the victim
+keeps k bytes of its remaining R such that k / r_v = L + (R - k) / r_t, i.e.
+    k = r_v (R + r_t L) / (r_v + r_t).
+Without rate estimates this is the paper's (and the brief's) half split. Cuts
+are rounded up to a piece boundary so pieces stay whole.
+
+Only when nothing worth splitting is left (the remainder is below one piece)
+may an idle flow fetch bytes that another flow is also fetching: a duplicate
+race over the victim's last bytes, allowed only if it is expected to finish in
+less than half the victim's time and fits in the duplicate budget (1 % of the
+file), so duplicates are bounded and counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pftp_client.pieces import PieceGrid
+
+# A split must shorten the expected finish by at least this factor to be worth
+# a new request.
+MIN_GAIN = 0.95
+# A duplicate must be expected to take less than this share of the victim's time.
+DUPLICATE_ADVANTAGE = 0.5
+
+
+@dataclass(frozen=True)
+class LaneView:
+    lane_id: int
+    reserved: int  # first byte the lane's flow has not yet committed to write
+    end: int
+    rate: float | None  # bytes/s of the flow fetching it; None = not measured yet
+    shadowed: bool = False  # a duplicate already races it
+
+
+@dataclass(frozen=True)
+class Steal:
+    lane_id: int
+    split: int  # victim keeps [reserved, split); thief takes [split, end)
+    end: int
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    lane_id: int
+    start: int
+    end: int
+
+
+def expected_seconds(remaining: int, rate: float | None) -> float | None:
+    if remaining <= 0:
+        return 0.0
+    if rate is None:
+        return None
+    return math.inf if rate <= 0 else remaining / rate
+
+
+def choose_victim(lanes: Sequence[LaneView]) -> LaneView | None:
+    """The lane expected to finish last; by size when rates are unknown."""
+    live = [v for v in lanes if v.end > v.reserved and not v.shadowed]
+    if not live:
+        return None
+    known = [v.rate for v in live if v.rate is not None and v.rate > 0]
+    fallback = sum(known) / len(known) if known else None
+
+    def key(v: LaneView) -> tuple[float, int]:
+        t = expected_seconds(v.end - v.reserved, v.rate if v.rate is not None else fallback)
+        return (t if t is not None else 0.0, v.end - v.reserved)
+
+    return max(live, key=key)
+
+
+def victim_keeps(
+    remaining: int, victim_rate: float | None, thief_rate: float | None, thief_latency_s: float
+) -> int:
+    """Bytes the victim keeps so both finish together (module docstring)."""
+    if victim_rate is None or thief_rate is None or thief_rate <= 0:
+        return remaining // 2
+    if victim_rate <= 0:
+        return 0
+    k = victim_rate * (remaining + thief_rate * thief_latency_s) / (victim_rate + thief_rate)
+    return min(remaining, math.ceil(k))
+
+
+def plan_steal(
+    victim: LaneView, thief_rate: float | None, thief_latency_s: float, grid: PieceGrid
+) -> Steal | None:
+    remaining = victim.end - victim.reserved
+    if remaining <= 0:
+        return None
+    keep = victim_keeps(remaining, victim.rate, thief_rate, thief_latency_s)
+    split = grid.align_up(victim.reserved + max(1, keep))
+    if split >= victim.end:
+        return None
+    if victim.rate is not None and thief_rate is not None and thief_rate > 0:
+        before = expected_seconds(remaining, victim.rate)
+        kept = expected_seconds(split - victim.reserved, victim.rate)
+        after = max(kept or 0.0, thief_latency_s + (victim.end - split) / thief_rate)
+        if before is not None and not after < MIN_GAIN * before:
+            return None
+    return Steal(victim.lane_id, split, victim.end)
+
+
+def plan_duplicate(
+    victim: LaneView, thief_rate: float | None, thief_latency_s: float, budget_left: int
+) -> Duplicate | None:
+    remaining = victim.end - victim.reserved
+    if remaining <= 0 or remaining > budget_left or thief_rate is None or thief_rate <= 0:
+        return None
+    if victim.rate is None:
+        return None
+    t_victim = expected_seconds(remaining, victim.rate)
+    t_dup = thief_latency_s + remaining / thief_rate
+    if t_victim is None or not t_dup < DUPLICATE_ADVANTAGE * t_victim:
+        return None
+    return Duplicate(victim.lane_id, victim.reserved, victim.end)
+
+
+def plan_tail_move(
+    lanes: Sequence[LaneView],
+    *,
+    thief_rate: float | None,
+    thief_latency_s: float,
+    grid: PieceGrid,
+    duplicate_budget_left: int,
+) -> Steal | Duplicate | None:
+    """Steal from the lane that finishes last; failing that, maybe race its end."""
+    victim = choose_victim(lanes)
+    if victim is None:
+        return None
+    if victim.rate is None and thief_rate is not None:
+        known = [v.rate for v in lanes if v.rate is not None and v.rate > 0]
+        if known:
+            victim = LaneView(
+                victim.lane_id,
+                victim.reserved,
+                victim.end,
+                sum(known) / len(known),
+                victim.shadowed,
+            )
+    steal = plan_steal(victim, thief_rate, thief_latency_s, grid)
+    if steal is not None:
+        return steal
+    return plan_duplicate(victim, thief_rate, thief_latency_s, duplicate_budget_left)

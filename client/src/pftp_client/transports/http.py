@@ -1,0 +1,229 @@
+"""HTTP(S) range reader over httpx: ``Range: bytes=offset-(end-1)`` on a keep-alive
+client, checking that the server really sent the range before a byte is delivered.
+
+A server that ignores ``Range`` answers 200 with the whole file; for offset > 0
+those bytes start at 0, so they are never delivered (``RangeNotHonoured``). A
+server whose file changed between requests is caught by ``If-Range`` (it then
+answers 200) and by the total in ``Content-Range``.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+import threading
+import time
+from urllib.parse import urlsplit
+
+import httpx
+from pftp_client.transports.base import (
+    Cancelled,
+    DataSink,
+    PermanentError,
+    PrematureEnd,
+    RangeEnd,
+    RangeNotHonoured,
+    StallError,
+    TransferError,
+    TransientError,
+)
+
+__all__ = ["HttpFetcher", "parse_content_range", "status_error"]
+
+_CONTENT_RANGE_RE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
+# Statuses where trying the same mirror again later may work.
+_TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504, 507, 509})
+
+
+def parse_content_range(value: str) -> tuple[int, int, int | None]:
+    """``bytes 100-199/1000`` -> (100, 199, 1000); total None for ``*``."""
+    m = _CONTENT_RANGE_RE.match(value)
+    if not m:
+        raise RangeNotHonoured(f"unparsable Content-Range {value!r}")
+    first, last = int(m.group(1)), int(m.group(2))
+    total = None if m.group(3) == "*" else int(m.group(3))
+    if last < first or (total is not None and last >= total):
+        raise RangeNotHonoured(f"inconsistent Content-Range {value!r}")
+    return first, last, total
+
+
+def status_error(url: str, status: int, reason: str = "") -> TransferError:
+    """429/503/5xx and friends -> TransientError; 404 and other 4xx -> PermanentError."""
+    message = f"{url}: HTTP {status} {reason}".rstrip()
+    if status in _TRANSIENT_STATUS:
+        return TransientError(message)
+    if status in (404, 410):
+        return PermanentError(f"{message} (file not found)")
+    return PermanentError(message)
+
+
+class HttpFetcher:
+    """``RangeFetcher`` for http:// and https:// URLs (one keep-alive connection per flow).
+
+    Cancellation is checked between received chunks; a server that sends
+    nothing at all is noticed after ``stall_timeout`` (httpx read timeout), so
+    an engine that needs a faster stop on a silent server calls ``close``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 30.0,
+        stall_timeout: float = 15.0,
+        verify: ssl.SSLContext | str | bool = True,
+        max_redirects: int = 10,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s):// URL with a host: {url!r}")
+        if timeout <= 0 or stall_timeout <= 0:
+            raise ValueError("timeout and stall_timeout must be positive")
+        self.url = url
+        self.stall_timeout = stall_timeout
+        self._client = httpx.Client(
+            follow_redirects=True,
+            max_redirects=max_redirects,
+            verify=verify,
+            timeout=httpx.Timeout(timeout, read=stall_timeout),
+            # Ranges count bytes of the stored file, not of a compressed rendering.
+            headers={"Accept-Encoding": "identity", "User-Agent": "pftp-client"},
+        )
+        self._validator: str | None = None  # strong ETag or Last-Modified, sent as If-Range
+        self._total: int | None = None
+        self._closed = False
+
+    # ----------------------------------------------------------- public API
+
+    def fetch(self, offset: int, end: RangeEnd, sink: DataSink, cancel: threading.Event) -> int:
+        if offset < 0:
+            raise ValueError(f"negative offset {offset}")
+        if cancel.is_set():
+            raise Cancelled("cancelled before the transfer started")
+        if self._closed:
+            raise Cancelled("fetcher is closed")
+        last = end.value - 1
+        if last < offset:
+            return 0
+        headers = {"Range": f"bytes={offset}-{last}"}
+        if self._validator:
+            headers["If-Range"] = self._validator
+        pos = offset
+        try:
+            with self._client.stream("GET", self.url, headers=headers) as resp:
+                self._check_response(resp, offset)
+                for chunk in resp.iter_raw():
+                    arrival = time.monotonic_ns()
+                    if cancel.is_set():
+                        raise Cancelled(f"{self.url}: cancelled at byte {pos}")
+                    got = end.deliver(sink, pos, memoryview(chunk), arrival)
+                    pos += got
+                    if got < len(chunk) or pos >= end.value:
+                        # Done or end lowered: leaving the block closes the response
+                        # (and, if the body is not finished, its connection).
+                        return pos - offset
+        except httpx.ReadTimeout as exc:
+            raise StallError(
+                f"{self.url}: no data for {self.stall_timeout:g}s at byte {pos}"
+            ) from exc
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            if pos == offset:
+                raise TransientError(f"{self.url}: connection failed: {exc}") from exc
+            raise PrematureEnd(f"{self.url}: connection broke at byte {pos}: {exc}") from exc
+        except (
+            httpx.ConnectError,
+            httpx.ConnectTimeout,
+            httpx.PoolTimeout,
+            httpx.WriteError,
+        ) as exc:
+            raise TransientError(f"{self.url}: cannot connect: {exc}") from exc
+        except httpx.TooManyRedirects as exc:
+            raise PermanentError(f"{self.url}: too many redirects") from exc
+        except httpx.UnsupportedProtocol as exc:
+            raise PermanentError(f"{self.url}: redirected to an unsupported URL: {exc}") from exc
+        except httpx.HTTPError as exc:
+            if self._closed:
+                raise Cancelled(f"{self.url}: fetcher closed during transfer") from exc
+            raise TransientError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        if pos < end.value:
+            raise PrematureEnd(f"{self.url}: body ended at byte {pos} before {end.value}")
+        return pos - offset
+
+    def size(self) -> int | None:
+        """Content-Length from HEAD (or the total of a one-byte ranged GET when
+        HEAD is refused); None when the server does not say."""
+        if self._total is not None:
+            return self._total
+        try:
+            resp = self._client.head(self.url)
+            if resp.status_code in (405, 501):
+                resp = self._client.get(self.url, headers={"Range": "bytes=0-0"})
+                if resp.status_code == 206:
+                    self._total = parse_content_range(resp.headers.get("Content-Range", ""))[2]
+                    return self._total
+        except httpx.HTTPError as exc:
+            raise TransientError(f"{self.url}: size query failed: {exc}") from exc
+        if resp.status_code != 200:
+            raise status_error(self.url, resp.status_code, resp.reason_phrase)
+        self._remember_validator(resp)
+        length = resp.headers.get("Content-Length")
+        if length is not None and length.isdigit():
+            self._total = int(length)
+        return self._total
+
+    def close(self) -> None:
+        self._closed = True
+        self._client.close()
+
+    def __enter__(self) -> HttpFetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --------------------------------------------------------------- checks
+
+    def _check_response(self, resp: httpx.Response, offset: int) -> None:
+        """Raise unless the body that follows starts exactly at ``offset``."""
+        status = resp.status_code
+        encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise PermanentError(f"{self.url}: server sent a {encoding}-encoded body")
+        if status == 206:
+            if "multipart/" in resp.headers.get("Content-Type", "").lower():
+                raise RangeNotHonoured(f"{self.url}: multipart answer to a single range")
+            first, _last, total = parse_content_range(resp.headers.get("Content-Range", ""))
+            if first != offset:
+                raise RangeNotHonoured(
+                    f"{self.url}: asked for byte {offset}, got range from {first}"
+                )
+            self._check_total(total)
+        elif status == 200:
+            if offset > 0:
+                # Whole file from byte 0 (Range ignored, or If-Range says it changed).
+                raise RangeNotHonoured(
+                    f"{self.url}: HTTP 200 instead of 206 for a range at {offset}"
+                )
+            length = resp.headers.get("Content-Length")
+            self._check_total(int(length) if length and length.isdigit() else None)
+        elif status == 416:
+            raise PermanentError(f"{self.url}: range from byte {offset} is beyond the file (416)")
+        else:
+            raise status_error(self.url, status, resp.reason_phrase)
+        self._remember_validator(resp)
+
+    def _check_total(self, total: int | None) -> None:
+        if total is None:
+            return
+        if self._total is not None and total != self._total:
+            raise PermanentError(f"{self.url}: file size changed from {self._total} to {total}")
+        self._total = total
+
+    def _remember_validator(self, resp: httpx.Response) -> None:
+        if self._validator:
+            return
+        etag = resp.headers.get("ETag")
+        if etag and not etag.startswith("W/"):  # If-Range needs a strong validator
+            self._validator = etag
+        elif resp.headers.get("Last-Modified"):
+            self._validator = resp.headers["Last-Modified"]

@@ -1,0 +1,148 @@
+"""Thin wrappers over `ip netns`, `ip link` and `tc`: the lab's only side effects on the network.
+
+Everything here acts inside namespaces the lab created (commands take the namespace name);
+nothing touches the host's own interfaces or routes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+
+SBIN_PATH = "/usr/local/sbin:/usr/sbin:/sbin"
+
+
+class LabError(RuntimeError):
+    """The lab could not be built or driven; the message says what to do."""
+
+
+def env_with_sbin(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment with the sbin directories on PATH (servers and `ip` live there)."""
+    out = dict(os.environ if env is None else env)
+    path = out.get("PATH", "/usr/bin:/bin")
+    missing = [p for p in SBIN_PATH.split(":") if p not in path.split(":")]
+    out["PATH"] = ":".join([path, *missing]) if missing else path
+    return out
+
+
+def find_tool(name: str, *extra: str, prefer_extra: bool = False) -> str | None:
+    """Absolute path of a system tool: on PATH (sbin dirs included) or at one of `extra`."""
+    found = shutil.which(name, path=env_with_sbin()["PATH"])
+    if found and not prefer_extra:
+        return found
+    for candidate in extra:
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return found
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise LabError(
+            "pftp_lab needs root: it creates network namespaces, veth links and tc qdiscs. "
+            "Run as root (CI does), e.g. `sudo .venv/bin/python -m pytest -m lab`; "
+            "tests marked @pytest.mark.lab are skipped for other users."
+        )
+    for tool in ("ip", "tc"):
+        if find_tool(tool) is None:
+            raise LabError(f"pftp_lab needs `{tool}` (Debian package iproute2); not found on PATH")
+
+
+def sh(argv: Sequence[str], *, check: bool = True, timeout: float = 30.0) -> str:
+    """Run a short administrative command; raise LabError with its stderr when it fails."""
+    try:
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, env=env_with_sbin()
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise LabError(f"timed out after {timeout}s: {' '.join(argv)}") from exc
+    if check and proc.returncode != 0:
+        raise LabError(f"`{' '.join(argv)}` failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def list_namespaces() -> list[str]:
+    out = sh(["ip", "netns", "list"], check=False)
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def add_namespace(name: str) -> None:
+    sh(["ip", "netns", "add", name])
+    sh(["ip", "-n", name, "link", "set", "lo", "up"])
+
+
+def namespace_pids(name: str) -> list[int]:
+    out = sh(["ip", "netns", "pids", name], check=False)
+    return [int(tok) for tok in out.split() if tok.isdigit()]
+
+
+def kill_pids(pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            continue
+        except PermissionError as exc:  # not ours: say so instead of ignoring it
+            raise LabError(f"cannot signal pid {pid}: {exc}") from exc
+
+
+def kill_namespace_processes(name: str, *, rounds: int = 20) -> None:
+    """SIGKILL every process in the namespace until none is left (servers fork per session)."""
+    for _ in range(rounds):
+        pids = namespace_pids(name)
+        if not pids:
+            return
+        kill_pids(pids)
+        time.sleep(0.05)
+
+
+def delete_namespace(name: str) -> None:
+    kill_namespace_processes(name)
+    if name in list_namespaces():
+        sh(["ip", "netns", "del", name], check=False)
+
+
+def add_veth(name_a: str, ns_a: str, name_b: str, ns_b: str) -> None:
+    """A veth pair created directly inside the two namespaces (never in the host's)."""
+    sh(["ip", "link", "add", name_a, "netns", ns_a, "type", "veth", "peer", "name", name_b,
+        "netns", ns_b])
+    for name, ns in ((name_a, ns_a), (name_b, ns_b)):
+        sh(["ip", "-n", ns, "link", "set", name, "up"])
+
+
+def add_address(ns: str, dev: str, cidr: str) -> None:
+    sh(["ip", "-n", ns, "addr", "add", cidr, "dev", dev])
+
+
+def add_route(ns: str, dest: str, via: str) -> None:
+    sh(["ip", "-n", ns, "route", "replace", dest, "via", via])
+
+
+def enable_forwarding(ns: str) -> None:
+    sh(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
+
+
+def tbf_args(rate_bps: int) -> list[str]:
+    """tbf parameters for a rate: burst at least 32 kB (one MTU is not enough, see DESIGN.md
+    'lab'), larger at high rates so the 1-tick timer does not cap throughput."""
+    if rate_bps <= 0:
+        raise LabError(f"rate must be positive, got {rate_bps} bit/s")
+    burst = max(32 * 1024, rate_bps // 8 // 100)  # >= 10 ms worth of bytes
+    return ["rate", f"{int(rate_bps)}bit", "burst", str(burst), "latency", "80ms"]
+
+
+def set_shaping(ns: str, dev: str, rate_bps: int | None) -> None:
+    """Shape the egress of `dev` to `rate_bps` (None removes the shaping)."""
+    if rate_bps is None:
+        sh(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)
+        return
+    sh(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", *tbf_args(rate_bps)])
+
+
+def shaping_of(ns: str, dev: str) -> str:
+    """`tc qdisc show` for the device (for tests and debugging)."""
+    return sh(["tc", "-n", ns, "qdisc", "show", "dev", dev])

@@ -1,0 +1,159 @@
+"""Configs and command lines of the real servers a lab mirror runs: vsftpd, pure-ftpd, nginx.
+
+Pure functions: each returns the argv to run inside the mirror's namespace (after writing its
+config under `conf_dir`). Starting, tracking and killing the processes is topology.py's job.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+from .netns import LabError, find_tool
+
+FTP_KINDS = ("vsftpd", "pure-ftpd")
+PASV_PORTS = (30000, 30999)
+
+# Debian's vsftpd and pure-ftpd both declare Conflicts: ftp-server, so installing one with apt
+# removes the other (and the `ftp` user); scripts/install-system-deps.sh unpacks both .debs
+# under /opt/pftp-lab instead, which is looked at first.
+LAB_OPT = Path(os.environ.get("PFTP_LAB_OPT", "/opt/pftp-lab"))
+
+
+def _tool(name: str, package: str | None = None) -> str:
+    unpacked = LAB_OPT / (package or name) / "usr" / "sbin" / name
+    path = find_tool(name, str(unpacked), prefer_extra=True)
+    if path is None:
+        raise LabError(
+            f"`{name}` is not installed; run `make system-deps` (scripts/install-system-deps.sh)"
+        )
+    return path
+
+
+def _with_anon_home(conf_dir: Path, root: Path, server: list[str]) -> list[str]:
+    """Run `server` under a shell that first bind-mounts a copy of /etc/passwd whose `ftp`
+    entry (uid nobody) has `root` as its home.
+
+    Both FTP servers serve the home of the system user `ftp` to anonymous users (vsftpd
+    chdirs into it even with anon_root), and that user comes and goes with Debian's FTP
+    packages. `ip netns exec` gives each command a private (slave) mount namespace, so the
+    bind is seen by this server only and goes away with it.
+    """
+    passwd = conf_dir / "passwd"
+    host = [ln for ln in Path("/etc/passwd").read_text().splitlines()
+            if ln and not ln.startswith("ftp:")]
+    anon = f"ftp:x:65534:65534:lab anonymous:{root}:/usr/sbin/nologin"
+    passwd.write_text("\n".join([*host, anon]) + "\n")
+    passwd.chmod(0o644)
+    script = (
+        f"mount --bind {shlex.quote(str(passwd))} /etc/passwd && exec "
+        + " ".join(shlex.quote(a) for a in server)
+    )
+    (conf_dir / f"{Path(server[0]).name}.sh").write_text(script + "\n")
+    return ["/bin/sh", "-c", script]
+
+
+def vsftpd_argv(conf_dir: Path, root: Path, addr: str, port: int = 21) -> list[str]:
+    """vsftpd serving `root` anonymously, read-only, in the foreground.
+
+    isolate/isolate_network=NO keep every session process in the mirror's namespace so a
+    kill by namespace pids really stops transfers (DESIGN.md, 'lab' traps).
+    """
+    empty = conf_dir / "vsftpd-empty"
+    empty.mkdir(mode=0o755, exist_ok=True)
+    conf = conf_dir / "vsftpd.conf"
+    lines = {
+        "listen": "YES",
+        "listen_ipv6": "NO",
+        "listen_address": addr,
+        "listen_port": str(port),
+        "background": "NO",
+        "anonymous_enable": "YES",
+        "local_enable": "NO",
+        "write_enable": "NO",
+        "anon_root": str(root),
+        "no_anon_password": "YES",
+        "ftp_username": "ftp",
+        "secure_chroot_dir": str(empty),
+        "isolate": "NO",
+        "isolate_network": "NO",
+        "seccomp_sandbox": "NO",
+        "pasv_enable": "YES",
+        "pasv_min_port": str(PASV_PORTS[0]),
+        "pasv_max_port": str(PASV_PORTS[1]),
+        "port_enable": "YES",
+        "connect_from_port_20": "NO",
+        "max_clients": "0",
+        "max_per_ip": "0",
+        "idle_session_timeout": "120",
+        "data_connection_timeout": "120",
+        "xferlog_enable": "NO",
+        "vsftpd_log_file": str(conf_dir / "vsftpd.log"),
+        "dirmessage_enable": "NO",
+        "use_localtime": "NO",
+    }
+    conf.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+    conf.chmod(0o600)
+    return _with_anon_home(conf_dir, root, [_tool("vsftpd"), str(conf)])
+
+
+def pureftpd_argv(conf_dir: Path, root: Path, addr: str, port: int = 21) -> list[str]:
+    """pure-ftpd serving `root` anonymously, read-only, in the foreground."""
+    server = [
+        _tool("pure-ftpd"),
+        "--bind", f"{addr},{port}",
+        "--anonymousonly",
+        "--anonymouscantupload",
+        "--passiveportrange", f"{PASV_PORTS[0]}:{PASV_PORTS[1]}",
+        "--maxclientsnumber", "500",
+        "--maxclientsperip", "500",
+        "--dontresolve",
+        "--maxload", "1000",
+        "--pidfile", str(conf_dir / "pure-ftpd.pid"),
+    ]
+    return _with_anon_home(conf_dir, root, server)
+
+
+def nginx_argv(conf_dir: Path, root: Path, addr: str, port: int = 80) -> list[str]:
+    """nginx serving `root` over HTTP (Range supported), in the foreground."""
+    binary = _tool("nginx")
+    tmp = conf_dir / "nginx-tmp"
+    tmp.mkdir(exist_ok=True)
+    conf = conf_dir / "nginx.conf"
+    conf.write_text(
+        f"""daemon off;
+master_process on;
+worker_processes 1;
+user root root;
+pid {conf_dir / 'nginx.pid'};
+error_log {conf_dir / 'nginx-error.log'} warn;
+events {{ worker_connections 512; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_timeout 30;
+    default_type application/octet-stream;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    server {{
+        listen {addr}:{port};
+        root {root};
+        location / {{ }}
+    }}
+}}
+"""
+    )
+    return [binary, "-p", str(conf_dir), "-e", str(conf_dir / "nginx-error.log"), "-c", str(conf)]
+
+
+def ftp_argv(kind: str, conf_dir: Path, root: Path, addr: str, port: int = 21) -> list[str]:
+    if kind == "vsftpd":
+        return vsftpd_argv(conf_dir, root, addr, port)
+    if kind == "pure-ftpd":
+        return pureftpd_argv(conf_dir, root, addr, port)
+    raise LabError(f"unknown FTP server kind {kind!r}; choose one of {', '.join(FTP_KINDS)}")

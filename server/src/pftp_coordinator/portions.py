@@ -1,0 +1,103 @@
+"""Split a file into byte ranges over the selected mirrors (paper 004, 3.2.2).
+
+"The server with the highest suitability transfers the largest file portion":
+portions are proportional to a weight per mirror. The planner passes the
+expected rates when every selected mirror has one (portions proportional to rate
+is what makes all mirrors finish together, which is the point of the rule; paper
+004 section 5 does exactly that by using the suitability of predicted download
+time, which is proportional to rate), and the suitabilities otherwise.
+
+Guarantees (property-tested): whole bytes, disjoint, contiguous, cover [0, size)
+exactly, in the order of the weights given (best mirror at offset 0). Every
+portion is at least ``min_portion`` bytes unless a single mirror takes the whole
+file: when a portion would be smaller, the lowest-weight mirror is dropped and
+the split is redone (fewer mirrors rather than tiny pieces). With ``piece_size``,
+every boundary falls on a multiple of it, so piece hashes verify per portion.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)  # not frozen: frozen __init__ is slow on the hot path
+class Portion:
+    index: int  # position in the weights given
+    offset: int
+    length: int
+
+
+def _largest_remainder(units: int, weights: Sequence[float]) -> list[int]:
+    """Integer shares of ``units`` proportional to ``weights`` (Hamilton's method)."""
+    total = math.fsum(weights)
+    ideal = [units * w / total for w in weights]
+    shares = [math.floor(x) for x in ideal]
+    left = units - sum(shares)
+    # Ties go to the earlier (better-ranked) mirror.
+    by_remainder = sorted(range(len(weights)), key=lambda i: (-(ideal[i] - shares[i]), i))
+    for i in by_remainder[:left]:
+        shares[i] += 1
+    return shares
+
+
+def _clean_weights(weights: Sequence[float]) -> list[float]:
+    out = []
+    for w in weights:
+        if math.isnan(w) or w < 0:
+            raise ValueError(f"portion weights must be non-negative numbers, got {w!r}")
+        out.append(w)
+    if not any(math.isfinite(w) and w > 0 for w in out):
+        return [1.0] * len(out)  # no information: equal portions
+    if any(math.isinf(w) for w in out):
+        return [1.0 if math.isinf(w) else 0.0 for w in out]
+    return out
+
+
+def split_portions(
+    size: int,
+    weights: Sequence[float],
+    *,
+    min_portion: int = 1,
+    piece_size: int | None = None,
+) -> list[Portion]:
+    """Byte ranges for ``size`` bytes over mirrors with ``weights`` (best first).
+
+    Returns one Portion per mirror kept, in input order; mirrors dropped for the
+    minimum size do not appear (the caller makes them backups). ``size`` 0 gives
+    one empty portion for the first mirror.
+    """
+    if size < 0:
+        raise ValueError("size must not be negative")
+    if not weights:
+        raise ValueError("at least one mirror is needed to split a file")
+    if min_portion < 1:
+        raise ValueError("min_portion must be at least 1 byte")
+    if piece_size is not None and piece_size < 1:
+        raise ValueError("piece_size must be positive")
+    w = _clean_weights(weights)
+    unit = piece_size or 1
+    n_units = -(-size // unit)  # last unit may be short
+    if n_units <= 1:
+        return [Portion(0, 0, size)]
+
+    # Keep the heaviest mirrors (stable: ties keep the better-ranked one).
+    keep = sorted(range(len(w)), key=lambda i: (-w[i], i))
+    keep = keep[: min(len(keep), n_units)]
+    while True:
+        idx = sorted(keep)
+        kw = [w[i] for i in idx]
+        if math.fsum(kw) <= 0:
+            kw = [1.0] * len(kw)
+        shares = _largest_remainder(n_units, kw)
+        portions: list[Portion] = []
+        offset = 0
+        for i, units in zip(idx, shares, strict=True):
+            length = min(units * unit, size - offset)
+            portions.append(Portion(i, offset, length))
+            offset += length
+        too_small = any(p.length < min_portion for p in portions)
+        if not too_small or len(keep) == 1:
+            return portions
+        keep = keep[:-1]  # drop the lightest mirror and split again

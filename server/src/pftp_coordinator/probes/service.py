@@ -1,0 +1,246 @@
+"""One probe round of one mirror: measure, store path_probes rows, update state.
+
+Network I/O runs with no database session open; rows are written after each
+attempt. A failed attempt is retried quickly (``retry_pause_s``) until it
+succeeds or ``down_after_failures`` consecutive failures mark the mirror down,
+so a dead mirror is marked down within one probe interval; the first successful
+probe marks it up again.
+
+What counts as failure: the mirror's service did not answer over its own
+protocol: the ranged read failed, or (when the mirror has no verified replica to
+read from yet) the TCP handshake to its service port failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from urllib.parse import urlsplit
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from pftp_coordinator.config import Settings
+from pftp_coordinator.db import session_scope
+from pftp_coordinator.models import File, Mirror, PathProbe, Replica, utcnow
+from pftp_coordinator.probes import capacity as capacity_mod
+from pftp_coordinator.probes import rtt as rtt_mod
+from pftp_coordinator.probes.throughput import ProbeError, join_url, ranged_read
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_PREFERENCE = ("ftp", "http", "https")
+DEFAULT_PORTS = {"ftp": 21, "http": 80, "https": 443}
+RTT_SAMPLES = 5
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    """What the prober needs to know about a mirror, read before any network I/O."""
+
+    mirror_id: int
+    name: str
+    protocol: str
+    host: str
+    port: int
+    read_url: str | None  # a replica to read from, None when none is known yet
+    read_size: int
+
+
+@dataclass
+class ProbeOutcome:
+    mirror: str
+    ok: bool
+    state: str
+    attempts: int
+    rows: list[dict] = field(default_factory=list)
+
+
+def mirror_by_name(session: Session, name: str) -> Mirror:
+    mirror = session.scalar(select(Mirror).where(Mirror.name == name))
+    if mirror is None:
+        raise LookupError(f"no mirror named {name!r}")
+    return mirror
+
+
+def load_target(session: Session, mirror_id: int, read_size: int) -> ProbeTarget | None:
+    """None when the mirror is unknown, disabled or has no URL."""
+    mirror = session.get(Mirror, mirror_id)
+    if mirror is None or not mirror.enabled or not mirror.urls:
+        return None
+    urls = sorted(
+        mirror.urls,
+        key=lambda u: (
+            PROTOCOL_PREFERENCE.index(u.protocol) if u.protocol in PROTOCOL_PREFERENCE else 99
+        ),
+    )
+    url = urls[0]
+    parts = urlsplit(url.base_url)
+    if not parts.hostname:
+        raise ValueError(f"mirror {mirror.name}: base URL {url.base_url!r} has no host")
+    # Read from the biggest replica whose size matched at the last scan (or not yet scanned).
+    row = session.execute(
+        select(Replica.path, File.size)
+        .join(File, File.id == Replica.file_id)
+        .where(
+            Replica.mirror_id == mirror_id,
+            Replica.present.is_(True),
+            File.size > 0,
+            (Replica.size_seen.is_(None)) | (Replica.size_seen == File.size),
+        )
+        .order_by(File.size.desc())
+        .limit(1)
+    ).first()
+    read_url = join_url(url.base_url, row.path) if row else None
+    return ProbeTarget(
+        mirror_id=mirror.id,
+        name=mirror.name,
+        protocol=url.protocol,
+        host=parts.hostname,
+        port=parts.port or DEFAULT_PORTS.get(url.protocol, 21),
+        read_url=read_url,
+        read_size=min(read_size, row.size) if row else 0,
+    )
+
+
+def measure(
+    target: ProbeTarget, settings: Settings, *, allow_raw: bool | None, with_path: bool
+) -> tuple[bool, list[dict]]:
+    """Network only: returns (service ok, path_probes rows as dicts)."""
+    rows: list[dict] = []
+    timeout = settings.probe_timeout_s
+    service_ok = False
+    if with_path:
+        for res in rtt_mod.measure_rtt(
+            target.host,
+            target.port,
+            count=RTT_SAMPLES,
+            timeout_s=min(timeout, 3.0),
+            allow_raw=allow_raw,
+        ):
+            err = None
+            if not res.ok:
+                err = f"{res.refused} of {res.sent} refused" if res.refused else "no answer"
+            rows.append(
+                {
+                    "method": res.method,
+                    "ok": res.ok,
+                    "rtt_s": res.rtt_median_s,
+                    "loss": res.loss,
+                    "error": err,
+                }
+            )
+            log.debug(
+                "probe %s %s min=%s median=%s loss=%.2f",
+                target.name,
+                res.method,
+                res.rtt_min_s,
+                res.rtt_median_s,
+                res.loss,
+            )
+            if res.method in ("tcp-syn", "tcp-connect") and res.ok:
+                service_ok = True
+        raw = rtt_mod.raw_sockets_allowed() if allow_raw is None else allow_raw
+        ip = rtt_mod.resolve_ipv4(target.host)
+        if raw and ip:
+            cap = capacity_mod.packet_train(ip, timeout_s=min(timeout, 3.0))
+            rows.append(
+                {
+                    "method": cap.method,
+                    "ok": cap.ok,
+                    "capacity_bps": cap.capacity_bps,
+                    "error": None
+                    if cap.ok
+                    else f"{cap.replies}/{cap.sent} replies"
+                    + (" (sender-limited: lower bound)" if cap.sender_limited else ""),
+                }
+            )
+    if target.read_url:
+        try:
+            tp = ranged_read(target.read_url, target.read_size, timeout_s=timeout)
+            rows.append({"method": tp.method, "ok": True, "throughput_bps": tp.bps, "rtt_s": None})
+            service_ok = True
+        except ProbeError as exc:
+            rows.append({"method": f"{target.protocol}-range", "ok": False, "error": str(exc)})
+            service_ok = False
+    elif not with_path:
+        res = rtt_mod.summarize_rtts(
+            "tcp-connect", *rtt_mod.tcp_connect_rtts(target.host, target.port, 1, min(timeout, 3.0))
+        )
+        rows.append(
+            {
+                "method": res.method,
+                "ok": res.ok,
+                "rtt_s": res.rtt_median_s,
+                "loss": res.loss,
+                "error": None if res.ok else "connect failed",
+            }
+        )
+        service_ok = res.ok
+    return service_ok, rows
+
+
+def record(
+    session: Session, mirror_id: int, ok: bool, rows: list[dict], *, now: datetime, down_after: int
+) -> str:
+    """Store rows and update the mirror's health; returns the new state."""
+    for row in rows:
+        session.add(PathProbe(mirror_id=mirror_id, ts=now, **row))
+    mirror = session.get(Mirror, mirror_id)
+    if mirror is None:
+        return "gone"
+    mirror.last_probe_at = now
+    if ok:
+        if mirror.state != "up":
+            log.info("mirror %s is up", mirror.name)
+        mirror.consecutive_failures = 0
+        mirror.state = "up"
+    else:
+        mirror.consecutive_failures = (mirror.consecutive_failures or 0) + 1
+        if mirror.consecutive_failures >= down_after and mirror.state != "down":
+            log.warning(
+                "mirror %s is down after %d failed probes: %s",
+                mirror.name,
+                mirror.consecutive_failures,
+                "; ".join(r["error"] for r in rows if r.get("error")),
+            )
+            mirror.state = "down"
+    return mirror.state
+
+
+def probe_mirror(
+    factory: sessionmaker[Session],
+    mirror_id: int,
+    settings: Settings,
+    *,
+    allow_raw: bool | None = None,
+    retry_pause_s: float | None = None,
+    clock: Callable[[], datetime] = utcnow,
+) -> ProbeOutcome | None:
+    """A full probe round with a quick retry burst on failure (see module doc)."""
+    with session_scope(factory) as s:
+        target = load_target(s, mirror_id, settings.throughput_probe_bytes)
+    if target is None:
+        return None
+    pause = (
+        retry_pause_s
+        if retry_pause_s is not None
+        else min(2.0, settings.probe_interval_s / (4 * settings.down_after_failures))
+    )
+    outcome = ProbeOutcome(target.name, False, "unknown", 0)
+    while True:
+        outcome.attempts += 1
+        # Retries check the service only: RTT and capacity were measured once.
+        ok, rows = measure(target, settings, allow_raw=allow_raw, with_path=outcome.attempts == 1)
+        with session_scope(factory) as s:
+            state = record(
+                s, mirror_id, ok, rows, now=clock(), down_after=settings.down_after_failures
+            )
+        outcome.rows.extend(rows)
+        outcome.ok, outcome.state = ok, state
+        if ok or state in ("down", "gone"):
+            return outcome
+        time.sleep(pause)

@@ -1,0 +1,332 @@
+"""Mirror ranking: the optimization variables of paper 004, 3.2.2 and paper 001, 2.2.2.
+
+For every variable v and every candidate mirror k (the m mirrors that hold the
+requested file) a suitability S_vk is computed:
+
+* direct variables (bigger is better), paper 004 eq. 1:   S_k = OV_k / sum_i OV_i
+* inverse variables (smaller is better), paper 004 eq. 2 / paper 001 eq. 2-3:
+  S_k = (1/OV_k) / sum_i (1/OV_i)   (equal to s_k = OV_z/OV_k normalised, OV_z = min)
+
+The mirror's suitability is the weighted average of its S_vk with the configured
+weights, renormalised over the variables that are used for this request.
+
+Robustness rules (the papers are silent on these; chosen here and tested):
+
+* **Variable nobody has** (or weight 0): skipped; the weights of the others are
+  renormalised. No variable at all: every mirror gets 1/m.
+* **Variable some mirrors lack**: a lacking mirror gets the *neutral* value 1/m,
+  i.e. it is taken to be an average mirror for that variable, neither rewarded nor
+  punished. The mirrors that have the value share the remaining mass
+  (n_have/m) by eq. 1 or 2 among themselves, so S_v still sums to 1. This is how a
+  mirror with no utilization agent is ranked on its path data alone.
+* **Stale data**: a value whose newest sample is older than ``stale_after_s`` is
+  missing. Younger data is trusted with confidence c = 0.5 ** (age / half_life):
+  S'_vk = c * S_vk + (1 - c) / m, then S'_v is renormalised to sum 1. So old
+  measurements fade toward the neutral value instead of ranking forever.
+* **Zero or tiny values** of inverse variables never divide by zero: each has a
+  floor (`INVERSE_FLOORS`). Loss uses ``loss + 0.01``: a probe of a few dozen
+  packets that lost none only says "loss below about 1 %", so 0 % and 1 % should
+  not differ by orders of magnitude; with the floor, 0 % vs 10 % is still 11:1.
+  Negative, NaN or infinite inputs are treated as missing.
+* **Demand** (paper 001, 2.2.2): mirrors that few others can stand in for should be
+  used "only in unavoidable circumstances". The value passed in is the mirror's
+  scarcity load, sum over the files it holds of 1 / replica_count(file)
+  (computed in ranking_inputs); it is an inverse variable.
+* **Predicted time** (paper 004 eq. 3): time = a / bandwidth_Mbps + b * RTT_s with
+  (a, b) from the latest fit on client reports; inverse. Skipped when no valid fit.
+
+Pure: no clock, no database. ``now`` and all timestamps are epoch seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Order matters only for the explanation dict and tests.
+VARIABLES: tuple[str, ...] = (
+    "bandwidth",
+    "rtt",
+    "loss",
+    "cpu",
+    "memory",
+    "demand",
+    "throughput",
+    "predicted_time",
+)
+DIRECT: frozenset[str] = frozenset({"bandwidth", "throughput"})
+INVERSE: frozenset[str] = frozenset(v for v in VARIABLES if v not in DIRECT)
+
+# Added to inverse variables before taking 1/x (see module docstring).
+INVERSE_FLOORS: Mapping[str, float] = {
+    "rtt": 1e-4,  # seconds: 0.1 ms, below anything but loopback
+    "loss": 0.01,  # fraction: resolution of a short probe train
+    "cpu": 5.0,  # percentage points
+    "memory": 5.0,  # percentage points
+    "demand": 0.01,  # a mirror holding no scarce file
+    "predicted_time": 1e-3,  # seconds
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PredictorCoefficients:
+    """Paper 004 eq. 3: DownloadTime = a / BottleneckBandwidth(Mbps) + b * RTT(s)."""
+
+    a: float
+    b: float
+
+    def usable(self) -> bool:
+        return (
+            math.isfinite(self.a)
+            and math.isfinite(self.b)
+            and self.a >= 0
+            and self.b >= 0
+            and (self.a > 0 or self.b > 0)
+        )
+
+    def predict_s(self, bandwidth_bps: float, rtt_s: float) -> float:
+        mbps = max(bandwidth_bps / 1e6, 1e-6)
+        return self.a / mbps + self.b * max(rtt_s, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorMetrics:
+    """What is known about one candidate mirror; None = no data.
+
+    ``*_ts`` are epoch seconds of the newest sample behind a value (None = no age
+    known, taken as fresh). Path values are half-life-weighted aggregates made by
+    ranking_inputs; this module only applies staleness and confidence.
+    """
+
+    key: int  # mirror id; also the tie breaker (lower first)
+    capacity_bps: float | None = None  # bottleneck capacity (packet pair/train)
+    rtt_s: float | None = None
+    loss: float | None = None  # fraction 0..1
+    probe_throughput_bps: float | None = None  # short ranged read by the prober
+    probe_ts: float | None = None
+    cpu_percent: float | None = None
+    memory_percent: float | None = None
+    utilization_ts: float | None = None
+    throughput_bps: float | None = None  # client-reported history
+    throughput_ts: float | None = None
+    demand: float | None = None  # scarcity load, see module docstring
+
+
+@dataclass(slots=True)  # not frozen: frozen __init__ is slow on the hot path
+class MirrorRank:
+    key: int
+    suitability: float  # weighted average, sums to 1 over the candidates
+    explain: dict[str, float] = field(default_factory=dict)  # S_vk per variable used
+    expected_bps: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RankingParams:
+    weights: Mapping[str, float]
+    half_life_s: float
+    stale_after_s: float
+    predictor: PredictorCoefficients | None = None
+
+
+def direct_suitability(values: Sequence[float]) -> list[float]:
+    """Paper 004 eq. 1. All-zero input gives equal shares."""
+    total = math.fsum(values)
+    if total <= 0 or not math.isfinite(total):
+        return [1.0 / len(values)] * len(values) if values else []
+    return [v / total for v in values]
+
+
+def inverse_suitability(values: Sequence[float], floor: float = 0.0) -> list[float]:
+    """Paper 004 eq. 2 (= paper 001 eq. 2-3). ``floor`` is added before 1/x."""
+    inv = [1.0 / (v + floor) if v + floor > 0 else math.inf for v in values]
+    if any(math.isinf(x) for x in inv):
+        # Only reachable with floor 0 and a zero value: those mirrors share all.
+        n_inf = sum(1 for x in inv if math.isinf(x))
+        return [1.0 / n_inf if math.isinf(x) else 0.0 for x in inv]
+    return direct_suitability(inv)
+
+
+def _clean(v: float | None) -> float | None:
+    if v is None or not math.isfinite(v) or v < 0:
+        return None
+    return float(v)
+
+
+def _confidence(ts: float | None, now: float, params: RankingParams) -> float:
+    """1 for fresh data, halving every half-life; 0 once stale (= missing)."""
+    if ts is None:
+        return 1.0
+    age = max(0.0, now - ts)
+    if age > params.stale_after_s:
+        return 0.0
+    return 0.5 ** (age / params.half_life_s)
+
+
+_VAR_INDEX = {v: j for j, v in enumerate(VARIABLES)}
+
+
+def _variable_values(
+    m: MirrorMetrics, now: float, params: RankingParams
+) -> dict[str, tuple[float, float]]:
+    """variable -> (value, confidence) for the variables this mirror has data for."""
+    out: dict[str, tuple[float, float]] = {}
+    c_probe = _confidence(m.probe_ts, now, params)
+    c_util = _confidence(m.utilization_ts, now, params)
+    c_hist = _confidence(m.throughput_ts, now, params)
+    # Path bandwidth as in probes.aggregate.PathSummary (and so the eq. 3 fit):
+    # the ranged-read throughput when known, else the packet-train capacity.
+    bw = _clean(m.probe_throughput_bps) or _clean(m.capacity_bps)
+    rtt = _clean(m.rtt_s)
+    if c_probe > 0:
+        if bw is not None:
+            out["bandwidth"] = (bw, c_probe)
+        if rtt is not None:
+            out["rtt"] = (rtt, c_probe)
+        loss = _clean(m.loss)
+        if loss is not None:
+            out["loss"] = (min(loss, 1.0), c_probe)
+        pred = params.predictor
+        if pred is not None and bw is not None and rtt is not None and bw > 0:
+            out["predicted_time"] = (pred.predict_s(bw, rtt), c_probe)
+    if c_util > 0:
+        cpu = _clean(m.cpu_percent)
+        if cpu is not None:
+            out["cpu"] = (min(cpu, 100.0), c_util)
+        mem = _clean(m.memory_percent)
+        if mem is not None:
+            out["memory"] = (min(mem, 100.0), c_util)
+    if c_hist > 0:
+        tp = _clean(m.throughput_bps)
+        if tp is not None:
+            out["throughput"] = (tp, c_hist)
+    demand = _clean(m.demand)
+    if demand is not None:
+        out["demand"] = (demand, 1.0)
+    return out
+
+
+def expected_rate_bps(m: MirrorMetrics, now: float, params: RankingParams) -> float | None:
+    """Best guess of the rate a client gets from this mirror: client-reported
+    history, else the prober's throughput read, else path capacity; stale data
+    does not count."""
+    if _confidence(m.throughput_ts, now, params) > 0:
+        tp = _clean(m.throughput_bps)
+        if tp:
+            return tp
+    if _confidence(m.probe_ts, now, params) > 0:
+        for v in (m.probe_throughput_bps, m.capacity_bps):
+            c = _clean(v)
+            if c:
+                return c
+    return None
+
+
+def weight_vector(params: RankingParams) -> np.ndarray:
+    """Weights by VARIABLES position; non-positive or non-finite weights are 0."""
+    w = np.zeros(len(VARIABLES))
+    for j, var in enumerate(VARIABLES):
+        v = params.weights.get(var, 0.0)
+        if v > 0 and math.isfinite(v):
+            w[j] = v
+    return w
+
+
+@dataclass(frozen=True, eq=False)
+class RankingTable:
+    """Every mirror's variables ready for eq. 1, one row per mirror.
+
+    ``x[k, j]`` is mirror k's value of VARIABLES[j] (direct: OV; inverse:
+    1 / (OV + floor), which turns eq. 2 into eq. 1 over x), NaN where it has no
+    usable data; ``c[k, j]`` the confidence of that value. Built once per ranking
+    snapshot (numpy, so ranking the ~15 holders of a file costs tens of
+    microseconds); confidence is evaluated at ``now`` of the build.
+    """
+
+    keys: np.ndarray  # int64 mirror keys
+    x: np.ndarray  # (n, len(VARIABLES)) float64
+    c: np.ndarray  # (n, len(VARIABLES)) float64
+    expected: list[float | None]
+    w: np.ndarray  # weight per variable position
+    row_of: dict[int, int]
+
+
+def build_table(
+    metrics: Sequence[MirrorMetrics], *, params: RankingParams, now: float
+) -> RankingTable:
+    n, nv = len(metrics), len(VARIABLES)
+    x = np.full((n, nv), np.nan)
+    c = np.zeros((n, nv))
+    for k, m in enumerate(metrics):
+        for var, (v, conf) in _variable_values(m, now, params).items():
+            j = _VAR_INDEX[var]
+            x[k, j] = v if var in DIRECT else 1.0 / (v + INVERSE_FLOORS[var])
+            c[k, j] = conf
+    keys = np.array([m.key for m in metrics], dtype=np.int64)
+    return RankingTable(
+        keys=keys,
+        x=x,
+        c=c,
+        expected=[expected_rate_bps(m, now, params) for m in metrics],
+        w=weight_vector(params),
+        row_of={m.key: k for k, m in enumerate(metrics)},
+    )
+
+
+def rank_rows(table: RankingTable, rows: Sequence[int]) -> list[MirrorRank]:
+    """Rank the mirrors at ``rows`` of ``table`` among themselves, best first
+    (ties: lower key first). The candidate set defines m in eq. 1 and 2."""
+    m = len(rows)
+    if m == 0:
+        return []
+    idx = np.asarray(rows, dtype=np.intp)
+    x = table.x[idx]
+    c = table.c[idx]
+    neutral = 1.0 / m
+    have = ~np.isnan(x)
+    n_have = have.sum(axis=0)
+    x0 = np.where(have, x, 0.0)
+    total = x0.sum(axis=0)
+    # Eq. 1 over the mirrors that have data, scaled to their share of the mass
+    # (n_have / m); the others are neutral (1/m); confidence blends toward neutral.
+    f = np.divide(n_have / m, total, out=np.zeros(total.shape), where=total > 0)
+    base = np.where(f > 0, x0 * f, neutral)
+    s = np.where(have, c * base + (1.0 - c) * neutral, neutral)
+    s /= s.sum(axis=0)
+    # Variables nobody here has, or with weight 0, are skipped; weights renormalised.
+    used = (n_have > 0) & (table.w > 0)
+    w = np.where(used, table.w, 0.0)
+    w_sum = float(w.sum())
+    score = (s @ w / w_sum).tolist() if w_sum > 0 else [neutral] * m
+    cols = np.flatnonzero(used)
+    names = [VARIABLES[j] for j in cols]
+    per_var = s[:, cols].tolist()
+    keys = table.keys[idx].tolist()
+    expected = table.expected
+    # zip without strict=: same length by construction, and this is the hot loop.
+    ranks = [
+        MirrorRank(keys[k], score[k], dict(zip(names, per_var[k])), expected[rows[k]])  # noqa: B905
+        for k in range(m)
+    ]
+    ranks.sort(key=lambda r: (-r.suitability, r.key))
+    return ranks
+
+
+def rank_mirrors(
+    metrics: Sequence[MirrorMetrics], *, params: RankingParams, now: float
+) -> list[MirrorRank]:
+    """Rank candidate mirrors, best first (ties: lower key first)."""
+    table = build_table(metrics, params=params, now=now)
+    return rank_rows(table, range(len(metrics)))
+
+
+def params_from_settings(settings, predictor: PredictorCoefficients | None) -> RankingParams:  # type: ignore[no-untyped-def]
+    """RankingParams from the coordinator's Settings (kept loose to stay pure)."""
+    return RankingParams(
+        weights=settings.weights.model_dump(),
+        half_life_s=settings.probe_half_life_s,
+        stale_after_s=settings.stale_after_s,
+        predictor=predictor if predictor is not None and predictor.usable() else None,
+    )

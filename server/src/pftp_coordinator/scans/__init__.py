@@ -1,0 +1,1 @@
+"""Replica scans: which registered files each mirror really holds, and their sizes."""

@@ -1,0 +1,1 @@
+"""Server-rendered status page (HTML + inline SVG, no JS, no CDN)."""

@@ -1,0 +1,223 @@
+"""The ``pftp`` command as a subprocess: exit codes, --json, resume after SIGKILL,
+and memory on a big sparse file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pftp_client.control_file import ctl_path, load
+from pftp_client.part_file import part_path
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+PFTP = [sys.executable, "-c", "from pftp_client.cli import main; main()"]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PFTP_CONFIG"] = str(tmp_path / "no-config.toml")
+    env.pop("PFTP_COORDINATOR", None)
+    env["PFTP_ACCESS_BANDWIDTH"] = "100M"
+    return env
+
+
+def run_pftp(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*PFTP, *args], capture_output=True, text=True, timeout=timeout, env=_env(tmp_path)
+    )
+
+
+def test_exit_codes_usage_and_no_mirror(tmp_path, closed_port_url):
+    assert run_pftp(tmp_path, "get").returncode == 2
+    r = run_pftp(tmp_path, "get", "--mirror", "gopher://h/x")
+    assert r.returncode == 2 and "unsupported mirror URL" in r.stderr
+    r = run_pftp(
+        tmp_path,
+        "get",
+        "--mirror",
+        closed_port_url + "/x",
+        "-o",
+        str(tmp_path / "x"),
+        "--stall-timeout",
+        "3",
+    )
+    assert r.returncode == 4, r.stderr
+    r = run_pftp(
+        tmp_path, "get", "name.iso", "--coordinator", closed_port_url, "-o", str(tmp_path / "y")
+    )
+    assert r.returncode == 5 and "3 attempts" in r.stderr
+    r = run_pftp(tmp_path, "get", "--mirror", "ftp://h/x", "--sha256", "nothex")
+    assert r.returncode == 2
+
+
+def test_json_summary_and_verification_exit_code(tmp_path, ftp_mirrors):
+    data = os.urandom(700_001)
+    m = ftp_mirrors({"j.bin": data}, 2)
+    args = [
+        "get",
+        "--mirror",
+        m[0].url("j.bin"),
+        "--mirror",
+        m[1].url("j.bin"),
+        "-o",
+        str(tmp_path / "j.bin"),
+    ]
+    r = run_pftp(tmp_path, *args, "--sha256", sha256_hex(data), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["sha256_verified"] is True and out["size"] == len(data)
+    assert {"bytes", "seconds", "rate_bps", "events", "state"} <= set(out["mirrors"][0])
+    assert sum(x["bytes"] for x in out["mirrors"]) == len(data)
+    (tmp_path / "j.bin").unlink()
+    r = run_pftp(tmp_path, *args, "--sha256", "0" * 64, "-q")
+    assert r.returncode == 3 and not (tmp_path / "j.bin").exists()
+
+
+def _wait_for_progress(
+    target: Path, proc: subprocess.Popen, at_least: int, timeout: float = 60
+) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        try:
+            state = load(ctl_path(target))
+        except ValueError:
+            state = None
+        if state is not None and state.done.total() >= at_least:
+            return state.done.total()
+        time.sleep(0.05)
+    raise AssertionError("download made no progress")
+
+
+def test_resume_after_sigkill_refetches_at_most_one_piece_per_connection(tmp_path, ftp_mirrors):
+    data = os.urandom(12 * 1024 * 1024 + 7)
+    m = ftp_mirrors({"r.bin": data}, 2, throttle={0: 1024 * 1024, 1: 1024 * 1024})
+    target = tmp_path / "r.bin"
+    args = [
+        "get",
+        "--mirror",
+        m[0].url("r.bin"),
+        "--mirror",
+        m[1].url("r.bin"),
+        "-o",
+        str(target),
+        "--sha256",
+        sha256_hex(data),
+        "-q",
+        "--json",
+    ]
+    proc = subprocess.Popen(
+        [*PFTP, *args],
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for_progress(target, proc, 3 * 1024 * 1024)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert not target.exists() and part_path(target).exists()
+    saved = load(ctl_path(target))
+    assert saved is not None
+    at_kill = saved.done.total()
+    r = run_pftp(tmp_path, *args)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert target.read_bytes() == data
+    assert out["resumed_bytes"] == at_kill
+    piece = saved.piece_size
+    connections = 2
+    fetched_again = out["fetched_bytes"] - (len(data) - at_kill)
+    print(
+        f"resumed {at_kill} bytes; fetched {out['fetched_bytes']}; "
+        f"refetched {fetched_again}; piece {piece}"
+    )
+    assert out["fetched_bytes"] <= len(data) - at_kill + connections * piece
+
+
+def test_refuses_to_resume_onto_a_different_file(tmp_path, ftp_mirrors):
+    data = os.urandom(6 * 1024 * 1024)
+    m = ftp_mirrors({"d.bin": data}, 1, throttle={0: 512 * 1024})
+    target = tmp_path / "d.bin"
+    args = ["get", "--mirror", m[0].url("d.bin"), "-o", str(target), "-q"]
+    proc = subprocess.Popen(
+        [*PFTP, *args],
+        env=_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for_progress(target, proc, 512 * 1024)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+    (m[0].root / "d.bin").write_bytes(data + b"more")
+    r = run_pftp(tmp_path, *args)
+    assert r.returncode == 5 and "--restart" in r.stderr and not target.exists()
+
+
+@pytest.mark.slow
+def test_big_sparse_file_memory_stays_bounded(tmp_path, ftp_mirrors, http_mirror):
+    size = int(os.environ.get("PFTP_TEST_SPARSE_GB", "1")) * 1024**3 + 12345
+    root = tmp_path / "sparse-root"
+    root.mkdir()
+    with open(root / "big.bin", "wb") as f:
+        f.truncate(size)
+        f.seek(size // 2)
+        f.write(b"middle")  # not all zeros: a misplaced range would change the hash
+    h = hashlib.sha256()
+    with open(root / "big.bin", "rb") as f:
+        while chunk := f.read(8 * 1024 * 1024):
+            h.update(chunk)
+    m = ftp_mirrors({}, 1, root=root)
+    http_base = http_mirror(root)
+    target = tmp_path / "big.bin"
+    t0 = time.monotonic()
+    r = run_pftp(
+        tmp_path,
+        "get",
+        "--mirror",
+        m[0].url("big.bin"),
+        "--mirror",
+        http_base + "big.bin",
+        "-o",
+        str(target),
+        "--sha256",
+        h.hexdigest(),
+        "-q",
+        "--json",
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stderr
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    out = json.loads(r.stdout)
+    print(
+        f"{size / 2**30:.1f} GiB in {time.monotonic() - t0:.1f}s, "
+        f"peak RSS of pftp {peak_mib:.0f} MiB"
+    )
+    assert out["sha256_verified"]
+    with open(target, "rb") as f:
+        f.seek(size // 2)
+        assert f.read(6) == b"middle"
+    assert peak_mib < 120

@@ -1,0 +1,122 @@
+"""Control file, access bandwidth, settings, flow timings and the public API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pftp_client
+import pytest
+from pftp_client.access_bandwidth import access_bandwidth, default_route_interface, parse_bandwidth
+from pftp_client.control_file import (
+    ControlState,
+    ResumeMismatch,
+    check_same_file,
+    ctl_path,
+    load,
+    save,
+)
+from pftp_client.flow_observer import FlowTimings
+from pftp_client.ranges import RangeSet
+from pftp_client.settings import SettingsError, load_settings
+
+
+def test_public_api_is_deliberate():
+    assert set(pftp_client.__all__) == {
+        "CoordinatorAnswerError",
+        "CoordinatorError",
+        "CoordinatorRefused",
+        "CoordinatorUnavailable",
+        "DownloadSummary",
+        "EngineConfig",
+        "FlowControl",
+        "FlowObserver",
+        "FlowTimings",
+        "MirrorEvent",
+        "MirrorStats",
+        "NoMirrorCouldServe",
+        "ResumeMismatch",
+        "UsageError",
+        "VerificationFailed",
+        "download",
+    }
+    for name in pftp_client.__all__:
+        assert getattr(pftp_client, name) is not None
+
+
+def test_control_file_roundtrip_and_identity(tmp_path):
+    target = tmp_path / "f.iso"
+    st = ControlState(
+        "f.iso",
+        100,
+        "a" * 64,
+        10,
+        ["ftp://h/f"],
+        RangeSet([(0, 30), (50, 60)]),
+        [(0, 30, "m1"), (50, 60, "m2")],
+    )
+    save(ctl_path(target), st)
+    back = load(ctl_path(target))
+    assert back is not None and back.done == st.done and back.written_by == st.written_by
+    check_same_file(back, size=100, sha256="a" * 64, urls=["http://other/f"])
+    with pytest.raises(ResumeMismatch, match="101 bytes"):
+        check_same_file(back, size=101, sha256="a" * 64, urls=[])
+    with pytest.raises(ResumeMismatch, match="SHA-256"):
+        check_same_file(back, size=100, sha256="b" * 64, urls=[])
+    no_hash = ControlState("f", 100, None, 10, ["ftp://h/f"])
+    with pytest.raises(ResumeMismatch, match="no mirror in common"):
+        check_same_file(no_hash, size=100, sha256=None, urls=["ftp://x/f"])
+    ctl_path(target).write_text("{broken")
+    with pytest.raises(ValueError, match="unreadable"):
+        load(ctl_path(target))
+    assert load(tmp_path / "absent.pftp-ctl") is None
+
+
+def test_bandwidth_parsing_and_sources(tmp_path):
+    assert parse_bandwidth("100M") == 100_000_000
+    assert parse_bandwidth("1.5G") == 1_500_000_000
+    assert parse_bandwidth("800 kbps") == 800_000
+    with pytest.raises(ValueError):
+        parse_bandwidth("fast")
+    route = tmp_path / "route"
+    route.write_text(
+        "Iface\tDestination\tGateway\neth9\t0000FEA9\t00000000\neth7\t00000000\t0101A8C0\n"
+    )
+    net = tmp_path / "net"
+    (net / "eth7").mkdir(parents=True)
+    (net / "eth7" / "speed").write_text("1000\n")
+    assert default_route_interface(route) == "eth7"
+    assert access_bandwidth(None, {}, route, net) == (1_000_000_000, "link speed of eth7")
+    assert access_bandwidth("20M", {}, route, net) == (20_000_000, "config file")
+    assert access_bandwidth("20M", {"PFTP_ACCESS_BANDWIDTH": "5M"}, route, net)[0] == 5_000_000
+    (net / "eth7" / "speed").write_text("-1\n")  # virtual NICs
+    assert access_bandwidth(None, {}, route, net) == (None, "unknown")
+    assert access_bandwidth(None, {}, tmp_path / "no-route", net) == (None, "unknown")
+
+
+def test_settings_from_file_and_env(tmp_path):
+    cfg = tmp_path / "client.toml"
+    cfg.write_text('coordinator = "http://c:8000"\naccess_bandwidth = "50M"\nstall_timeout = 7\n')
+    s = load_settings({"PFTP_CONFIG": str(cfg)})
+    assert (
+        s.coordinators == ["http://c:8000"] and s.access_bandwidth == "50M" and s.stall_timeout == 7
+    )
+    s = load_settings({"PFTP_CONFIG": str(cfg), "PFTP_COORDINATOR": "http://env:1"})
+    assert s.coordinators[0] == "http://env:1"
+    cfg.write_text("timeout = -1\n")
+    with pytest.raises(SettingsError, match="timeout"):
+        load_settings({"PFTP_CONFIG": str(cfg)})
+    assert load_settings({"XDG_CONFIG_HOME": str(tmp_path / "none")}).coordinators == []
+
+
+def test_flow_timings_ring_is_bounded_and_ordered():
+    t = FlowTimings(capacity=4)
+    for i in range(10):
+        t.on_receive("f", 1000 + i, i)
+    times, sizes = t.snapshot("f")
+    assert times.tolist() == [1006, 1007, 1008, 1009] and sizes.tolist() == [6, 7, 8, 9]
+    assert t.total_arrivals("f") == 10
+    assert t.snapshot("unknown")[0].size == 0
+
+
+def test_part_and_ctl_names():
+    assert ctl_path(Path("/d/x.iso")).name == "x.iso.pftp-ctl"

@@ -1,0 +1,461 @@
+"""FtpFetcher against real servers: pyftpdlib (in a thread), vsftpd and pure-ftpd."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from pftp_client.transports.base import (
+    Cancelled,
+    PermanentError,
+    PrematureEnd,
+    RangeEnd,
+    RangeNotHonoured,
+    StallError,
+    TransferError,
+    TransientError,
+)
+from pftp_client.transports.ftp import FtpFetcher
+from pyftpdlib.handlers import FTPHandler, ThrottledDTPHandler
+
+FTP_SERVERS = ["pyftpd_server", "vsftpd_server", "pureftpd_server"]
+SIZES = [0, 1, 7, 65_537, 3_000_017]
+
+
+def payload(size: int, seed: int = 1) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+class Collector:
+    """A sink that checks offsets are contiguous and keeps the bytes."""
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.data = bytearray()
+        self.arrivals: list[int] = []
+
+    def __call__(self, offset: int, block: memoryview, arrival_ns: int) -> None:
+        assert offset == self.start + len(self.data), "sink called out of order"
+        self.data += block
+        self.arrivals.append(arrival_ns)
+
+
+def fetch(f: FtpFetcher, offset: int, end: int) -> bytes:
+    sink = Collector(offset)
+    n = f.fetch(offset, RangeEnd(end), sink, threading.Event())
+    assert n == len(sink.data)
+    return bytes(sink.data)
+
+
+def fetcher(url: str, **kw) -> FtpFetcher:
+    kw.setdefault("timeout", 20.0)
+    kw.setdefault("stall_timeout", 10.0)
+    return FtpFetcher(url, **kw)
+
+
+@pytest.fixture(params=FTP_SERVERS)
+def ftp_server(request):
+    return request.getfixturevalue(request.param)
+
+
+# ------------------------------------------------------------- correctness
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_whole_file_every_size(ftp_server, size: int) -> None:
+    data = payload(size, seed=size)
+    ftp_server.put("f.bin", data)
+    with fetcher(ftp_server.url("f.bin")) as f:
+        assert f.size() == size
+        assert fetch(f, 0, size) == data
+
+
+def test_ranges_reuse_one_control_connection(ftp_server) -> None:
+    data = payload(3_000_017)
+    ftp_server.put("dir/f.bin", data)
+    ranges = [
+        (0, 1),
+        (1, 2),
+        (100, 70_000),
+        (1_234_567, 2_000_001),
+        (2_999_000, 3_000_017),
+        (3_000_016, 3_000_017),
+        (0, 3_000_017),
+        (65_536, 65_537),
+        (5, 300_000),
+    ]
+    with fetcher(ftp_server.url("dir/f.bin")) as f:
+        assert f.size() == len(data)
+        control = f._ctrl.sock.getsockname()
+        for start, end in ranges:
+            assert fetch(f, start, end) == data[start:end], (start, end)
+        assert f.reconnects == 0
+        assert f._ctrl.sock.getsockname() == control
+
+
+def test_missing_file_is_permanent(ftp_server) -> None:
+    ftp_server.put("present.bin", b"x" * 10)
+    with fetcher(ftp_server.url("absent.bin")) as f:
+        with pytest.raises(PermanentError) as info:
+            f.size()
+        assert not isinstance(info.value, TransientError)
+        with pytest.raises(PermanentError):
+            fetch(f, 0, 10)
+        with pytest.raises(PermanentError):
+            fetch(f, 0, 10)  # the control connection survived the 550
+
+
+def test_empty_range_does_not_touch_the_server(pyftpd_server) -> None:
+    with fetcher(pyftpd_server.url("nothing-here")) as f:
+        assert f.fetch(5, RangeEnd(5), Collector(5), threading.Event()) == 0
+        assert f._ctrl is None
+
+
+def test_range_past_end_of_file_is_premature(pyftpd_server) -> None:
+    data = payload(1000)
+    pyftpd_server.put("f.bin", data)
+    with fetcher(pyftpd_server.url("f.bin")) as f:
+        sink = Collector(0)
+        with pytest.raises(PrematureEnd):
+            f.fetch(0, RangeEnd(2000), sink, threading.Event())
+        assert bytes(sink.data) == data  # what came is valid
+        assert fetch(f, 10, 20) == data[10:20]
+        assert f.reconnects == 0
+
+
+# ------------------------------------------------- end lowered during transfer
+
+
+class SlowSink(Collector):
+    """Slows the reader down (so the transfer is still running when the end moves)
+    and signals once data flows."""
+
+    def __init__(self, start: int, delay: float = 0.003) -> None:
+        super().__init__(start)
+        self.delay = delay
+        self.flowing = threading.Event()
+
+    def __call__(self, offset: int, block: memoryview, arrival_ns: int) -> None:
+        super().__call__(offset, block, arrival_ns)
+        self.flowing.set()
+        time.sleep(self.delay)
+
+
+def lower_end_while_fetching(f: FtpFetcher, data: bytes, offset: int, margin: int) -> int:
+    end = RangeEnd(len(data))
+    sink = SlowSink(offset)
+    result: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            result["n"] = f.fetch(offset, end, sink, threading.Event())
+        except BaseException as exc:  # reported by the assertion below
+            result["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert sink.flowing.wait(30)
+    new_end = end.lower_to(offset + len(sink.data) + margin)
+    t.join(60)
+    assert not t.is_alive()
+    assert "error" not in result, result.get("error")
+    assert result["n"] == new_end - offset, "must stop exactly at the lowered end"
+    assert bytes(sink.data) == data[offset:new_end]
+    return new_end
+
+
+def test_end_lowered_concurrently(ftp_server) -> None:
+    data = payload(8_000_000, seed=3)
+    ftp_server.put("big.bin", data)
+    with fetcher(ftp_server.url("big.bin"), bufsize=16_384) as f:
+        lower_end_while_fetching(f, data, 12_345, margin=300_000)
+        # the control connection is still usable after the early stop
+        assert fetch(f, 7_999_000, 8_000_000) == data[7_999_000:]
+        assert fetch(f, 0, 5) == data[:5]
+        assert f.reconnects == 0
+
+
+def test_end_lowered_while_throttled_server_still_sends(start_vsftpd) -> None:
+    server = start_vsftpd(anon_max_rate=2_000_000)
+    data = payload(6_000_000, seed=4)
+    server.put("big.bin", data)
+    with fetcher(server.url("big.bin"), bufsize=16_384) as f:
+        lower_end_while_fetching(f, data, 0, margin=100_000)
+        assert fetch(f, 10, 20) == data[10:20]
+        assert f.reconnects == 0
+
+
+def test_end_lowered_to_current_position_returns_at_once(pyftpd_server) -> None:
+    data = payload(100_000)
+    pyftpd_server.put("f.bin", data)
+    with fetcher(pyftpd_server.url("f.bin"), bufsize=4096) as f:
+        end = RangeEnd(len(data))
+
+        def sink(offset: int, block: memoryview, _t: int) -> None:
+            end.lower_to(offset + len(block))  # a sink may lower the end itself
+
+        assert f.fetch(0, end, sink, threading.Event()) == 4096
+        assert fetch(f, 50_000, 50_010) == data[50_000:50_010]
+
+
+# ------------------------------------------------------------ REST handling
+
+
+class IgnoresRest(FTPHandler):
+    """Says 350 but never moves the start: the quirk that corrupts files."""
+
+    def ftp_REST(self, line: str) -> None:
+        self.respond(f"350 Restarting at position {line}.")
+
+
+class RefusesRest(FTPHandler):
+    def ftp_REST(self, line: str) -> None:
+        self.respond("502 Command not implemented.")
+
+
+class NoSize(FTPHandler):
+    def ftp_SIZE(self, path: str) -> None:
+        self.respond("502 Command not implemented.")
+
+
+class IgnoresRestNoSize(IgnoresRest, NoSize):
+    pass
+
+
+@pytest.mark.parametrize("handler", [IgnoresRest, IgnoresRestNoSize])
+def test_server_ignoring_rest_never_delivers_a_byte(start_pyftpd, handler) -> None:
+    server = start_pyftpd(handler=handler)
+    data = payload(500_000)
+    server.put("f.bin", data)
+    with fetcher(server.url("f.bin")) as f:
+        for _ in range(2):  # the verdict is remembered
+            sink = Collector(1000)
+            with pytest.raises(RangeNotHonoured):
+                f.fetch(1000, RangeEnd(2000), sink, threading.Event())
+            assert sink.data == b""
+        # from offset 0 the server is still usable
+        assert fetch(f, 0, 2000) == data[:2000]
+
+
+def test_server_refusing_rest(start_pyftpd) -> None:
+    server = start_pyftpd(handler=RefusesRest)
+    data = payload(10_000)
+    server.put("f.bin", data)
+    with fetcher(server.url("f.bin"), verify_rest=False) as f:
+        sink = Collector(5)
+        with pytest.raises(RangeNotHonoured):
+            f.fetch(5, RangeEnd(100), sink, threading.Event())
+        assert sink.data == b""
+        assert fetch(f, 0, 100) == data[:100]
+        assert f.reconnects == 0
+
+
+def test_rest_probe_without_size_accepts_an_honest_server(start_pyftpd) -> None:
+    server = start_pyftpd(handler=NoSize)
+    data = payload(200_000)
+    server.put("f.bin", data)
+    with fetcher(server.url("f.bin")) as f:
+        assert f.size() is None
+        assert fetch(f, 150_000, 200_000) == data[150_000:]
+        assert fetch(f, 1, 2) == data[1:2]
+
+
+def test_rest_probe_refuses_unverifiable_constant_prefix(start_pyftpd) -> None:
+    server = start_pyftpd(handler=IgnoresRestNoSize)
+    server.put("zeros.bin", bytes(100_000))
+    with fetcher(server.url("zeros.bin")) as f:
+        sink = Collector(10)
+        with pytest.raises(RangeNotHonoured):
+            f.fetch(10, RangeEnd(20), sink, threading.Event())
+        assert sink.data == b""
+
+
+# ------------------------------------------------------------------ failures
+
+
+def killed_mid_transfer(server, data: bytes, offset: int) -> tuple[Exception, bytes]:
+    server.put("big.bin", data)
+    f = fetcher(server.url("big.bin"), stall_timeout=5.0, timeout=10.0)
+    sink = SlowSink(offset, delay=0.0)
+    caught: list[Exception] = []
+
+    def run() -> None:
+        try:
+            f.fetch(offset, RangeEnd(len(data)), sink, threading.Event())
+        except TransferError as exc:
+            caught.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        assert sink.flowing.wait(30)
+        server.kill()
+        t.join(60)
+        assert not t.is_alive()
+    finally:
+        f.close()
+    assert caught, "fetch finished although the server was killed"
+    return caught[0], bytes(sink.data)
+
+
+@pytest.mark.parametrize("kind", ["vsftpd", "pyftpd"])
+def test_server_killed_mid_transfer(kind, start_vsftpd, start_pyftpd) -> None:
+    data = payload(20_000_000, seed=5)
+    if kind == "vsftpd":
+        server = start_vsftpd(anon_max_rate=1_000_000)
+    else:
+
+        class Slow(ThrottledDTPHandler):
+            write_limit = 1_000_000
+
+        server = start_pyftpd(handler=type("H", (FTPHandler,), {"dtp_handler": Slow}))
+    exc, got = killed_mid_transfer(server, data, offset=777)
+    assert isinstance(exc, PrematureEnd | StallError), repr(exc)
+    assert exc.transient
+    assert 0 < len(got) < len(data) - 777
+    assert got == data[777 : 777 + len(got)], "delivered prefix must be intact"
+
+
+def test_connection_refused_is_transient(pyftpd_server) -> None:
+    pyftpd_server.kill()
+    with fetcher(pyftpd_server.url("f.bin"), timeout=5.0) as f, pytest.raises(TransientError):
+        fetch(f, 0, 10)
+
+
+class StallingDTP(ThrottledDTPHandler):
+    write_limit = 1024  # one 64 KiB chunk, then about a minute of silence
+
+
+def test_stall_raises_and_control_connection_survives(start_pyftpd) -> None:
+    server = start_pyftpd(handler=type("H", (FTPHandler,), {"dtp_handler": StallingDTP}))
+    data = payload(1_000_000)
+    server.put("f.bin", data)
+    with fetcher(server.url("f.bin"), stall_timeout=1.5) as f:
+        sink = Collector(0)
+        with pytest.raises(StallError):
+            f.fetch(0, RangeEnd(len(data)), sink, threading.Event())
+        assert bytes(sink.data) == data[: len(sink.data)]
+        # pyftpdlib answers ABOR while its transfer sleeps: the session is reused
+        assert fetch(f, 0, 10) == data[:10]
+        assert f.reconnects == 0
+
+
+def test_cancel_between_receives(ftp_server) -> None:
+    data = payload(6_000_000)
+    ftp_server.put("f.bin", data)
+    with fetcher(ftp_server.url("f.bin"), bufsize=16_384) as f:
+        cancel = threading.Event()
+
+        def sink(offset: int, block: memoryview, _t: int) -> None:
+            if offset >= 100_000:
+                cancel.set()
+
+        with pytest.raises(Cancelled):
+            f.fetch(0, RangeEnd(len(data)), sink, cancel)
+        assert fetch(f, 3, 9) == data[3:9]
+
+
+def test_sink_error_propagates_and_connection_survives(pyftpd_server) -> None:
+    data = payload(2_000_000)
+    pyftpd_server.put("f.bin", data)
+    with fetcher(pyftpd_server.url("f.bin")) as f:
+
+        def sink(offset: int, block: memoryview, _t: int) -> None:
+            raise OSError("disk full")
+
+        with pytest.raises(OSError, match="disk full"):
+            f.fetch(0, RangeEnd(len(data)), sink, threading.Event())
+        assert fetch(f, 0, 10) == data[:10]
+        assert f.reconnects == 0
+
+
+def test_reconnects_after_server_idle_timeout(start_pyftpd) -> None:
+    server = start_pyftpd(handler=type("H", (FTPHandler,), {"timeout": 1}))
+    data = payload(10_000)
+    server.put("f.bin", data)
+    with fetcher(server.url("f.bin")) as f:
+        assert fetch(f, 0, 100) == data[:100]
+        time.sleep(3)  # the server says 421 and hangs up after 1 s idle
+        assert fetch(f, 100, 10_000) == data[100:]
+        assert f.reconnects == 1
+
+
+def test_close_twice(pyftpd_server) -> None:
+    pyftpd_server.put("f.bin", b"abc")
+    f = fetcher(pyftpd_server.url("f.bin"))
+    assert fetch(f, 0, 3) == b"abc"
+    f.close()
+    f.close()
+    with pytest.raises(Cancelled):
+        fetch(f, 0, 3)
+
+
+# ---------------------------------------------------------- logins, IPv6
+
+
+def test_credentials_from_url_percent_decoded(pureftpd_server) -> None:
+    assert "%20" in pureftpd_server.base_url
+    data = payload(70_000)
+    pureftpd_server.put("f.bin", data)
+    with fetcher(pureftpd_server.url("f.bin")) as f:
+        assert fetch(f, 69_000, 70_000) == data[69_000:]
+
+
+def test_wrong_password_is_permanent(start_pyftpd) -> None:
+    server = start_pyftpd(
+        handler=type("H", (FTPHandler,), {"auth_failed_timeout": 0}),
+        users={"alice": "right"},
+        anonymous=False,
+    )
+    server.put("f.bin", b"x")
+    url = f"ftp://alice:wrong@127.0.0.1:{server.port}/f.bin"
+    with fetcher(url) as f, pytest.raises(PermanentError, match="login"):
+        fetch(f, 0, 1)
+
+
+def test_netrc_credentials(start_pyftpd, tmp_path: Path, monkeypatch) -> None:
+    server = start_pyftpd(users={"alice": "s3cret"}, anonymous=False)
+    data = payload(5000)
+    server.put("f.bin", data)
+    url = f"ftp://127.0.0.1:{server.port}/f.bin"
+    rc = tmp_path / "netrc"
+    rc.write_text("machine 127.0.0.1 login alice password s3cret\n")
+    rc.chmod(0o600)
+    with fetcher(url, netrc_file=rc) as f:
+        assert fetch(f, 10, 5000) == data[10:]
+    # ~/.netrc is the default
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".netrc").write_text(rc.read_text())
+    (home / ".netrc").chmod(0o600)
+    monkeypatch.setenv("HOME", str(home))
+    with fetcher(url) as f:
+        assert fetch(f, 0, 5000) == data
+    # login named in the URL, password from netrc
+    with fetcher(f"ftp://alice@127.0.0.1:{server.port}/f.bin") as f:
+        assert fetch(f, 0, 10) == data[:10]
+
+
+def test_absolute_and_encoded_paths(pyftpd_server) -> None:
+    data = payload(1000)
+    pyftpd_server.put("a dir/f #1.bin", data)
+    with fetcher(pyftpd_server.url("a%20dir/f%20%231.bin")) as f:
+        assert fetch(f, 1, 1000) == data[1:]
+    with fetcher(pyftpd_server.url("%2Fa%20dir/f%20%231.bin;type=i")) as f:
+        assert fetch(f, 0, 10) == data[:10]
+
+
+@pytest.mark.parametrize("kind", ["pyftpd", "vsftpd"])
+def test_ipv6_loopback(kind, start_pyftpd, start_vsftpd, ipv6_loopback) -> None:
+    server = (start_pyftpd if kind == "pyftpd" else start_vsftpd)(host=ipv6_loopback)
+    assert server.base_url.startswith("ftp://[::1]:")
+    data = payload(300_000)
+    server.put("f.bin", data)
+    with fetcher(server.url("f.bin")) as f:
+        assert f.size() == len(data)
+        assert fetch(f, 123, 299_000) == data[123:299_000]
+        assert fetch(f, 0, len(data)) == data
+        assert f.reconnects == 0

@@ -1,0 +1,220 @@
+"""HttpFetcher against a real nginx (Range honoured, ignored, throttled, TLS)."""
+
+from __future__ import annotations
+
+import random
+import ssl
+import threading
+
+import pytest
+from pftp_client.transports.base import (
+    Cancelled,
+    PermanentError,
+    PrematureEnd,
+    RangeEnd,
+    RangeNotHonoured,
+    StallError,
+    TransferError,
+    TransientError,
+)
+from pftp_client.transports.http import HttpFetcher, parse_content_range, status_error
+
+SIZES = [0, 1, 7, 65_537, 3_000_017]
+
+
+def payload(size: int, seed: int = 1) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+class Collector:
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.data = bytearray()
+        self.flowing = threading.Event()
+
+    def __call__(self, offset: int, block: memoryview, arrival_ns: int) -> None:
+        assert offset == self.start + len(self.data), "sink called out of order"
+        assert arrival_ns > 0
+        self.data += block
+        self.flowing.set()
+
+
+def fetch(f: HttpFetcher, offset: int, end: int) -> bytes:
+    sink = Collector(offset)
+    assert f.fetch(offset, RangeEnd(end), sink, threading.Event()) == len(sink.data)
+    return bytes(sink.data)
+
+
+def fetcher(url: str, **kw) -> HttpFetcher:
+    kw.setdefault("timeout", 20.0)
+    kw.setdefault("stall_timeout", 10.0)
+    return HttpFetcher(url, **kw)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_whole_file_every_size(nginx_server, size: int) -> None:
+    data = payload(size, seed=size)
+    nginx_server.put("f.bin", data)
+    with fetcher(nginx_server.url("f.bin")) as f:
+        assert f.size() == size
+        assert fetch(f, 0, size) == data
+
+
+def test_ranges_on_one_keep_alive_client(nginx_server) -> None:
+    data = payload(3_000_017)
+    nginx_server.put("d/f.bin", data)
+    with fetcher(nginx_server.url("d/f.bin")) as f:
+        for start, end in [(0, 1), (1, 2), (100, 70_000), (1_234_567, 2_000_001),
+                           (3_000_016, 3_000_017), (0, 3_000_017)]:  # fmt: skip
+            assert fetch(f, start, end) == data[start:end], (start, end)
+
+
+def test_redirect_is_followed_with_the_range(nginx_server) -> None:
+    data = payload(100_000)
+    nginx_server.put("f.bin", data)
+    with fetcher(nginx_server.url("f.bin", prefix="moved/")) as f:
+        assert fetch(f, 5000, 6000) == data[5000:6000]
+
+
+def test_200_instead_of_206_is_never_written_at_an_offset(nginx_server) -> None:
+    data = payload(500_000)
+    nginx_server.put("f.bin", data)
+    with fetcher(nginx_server.url("f.bin", prefix="norange/")) as f:
+        sink = Collector(1000)
+        with pytest.raises(RangeNotHonoured):
+            f.fetch(1000, RangeEnd(2000), sink, threading.Event())
+        assert sink.data == b""
+        # from byte 0 the body is the file: accepted, but only up to the end
+        assert fetch(f, 0, 1234) == data[:1234]
+        assert fetch(f, 0, len(data)) == data
+
+
+def test_missing_file_and_statuses(nginx_server) -> None:
+    with fetcher(nginx_server.url("absent.bin")) as f:
+        with pytest.raises(PermanentError) as info:
+            fetch(f, 0, 10)
+        assert not info.value.transient
+        with pytest.raises(PermanentError):
+            f.size()
+    nginx_server.put("f.bin", b"x" * 10)
+    for prefix in ("busy/", "ratelimited/"):
+        with fetcher(nginx_server.url("f.bin", prefix=prefix)) as f:
+            with pytest.raises(TransientError) as info:
+                fetch(f, 0, 10)
+            assert info.value.transient
+
+
+def test_range_beyond_file(nginx_server) -> None:
+    nginx_server.put("f.bin", b"0123456789")
+    with fetcher(nginx_server.url("f.bin")) as f:
+        with pytest.raises(PermanentError, match="416"):
+            fetch(f, 20, 30)
+        sink = Collector(5)
+        with pytest.raises(PrematureEnd):
+            f.fetch(5, RangeEnd(30), sink, threading.Event())
+        assert bytes(sink.data) == b"56789"
+
+
+def test_end_lowered_concurrently(start_nginx) -> None:
+    server = start_nginx(slow_rate="1m")
+    data = payload(4_000_000, seed=9)
+    server.put("f.bin", data)
+    with fetcher(server.url("f.bin", prefix="slow/")) as f:
+        end = RangeEnd(len(data))
+        sink = Collector(333)
+        result: dict[str, object] = {}
+
+        def run() -> None:
+            result["n"] = f.fetch(333, end, sink, threading.Event())
+
+        t = threading.Thread(target=run)
+        t.start()
+        assert sink.flowing.wait(30)
+        new_end = end.lower_to(333 + len(sink.data) + 200_000)
+        t.join(60)
+        assert result["n"] == new_end - 333
+        assert bytes(sink.data) == data[333:new_end]
+        assert fetch(f, 0, 10) == data[:10]  # the client is still usable
+
+
+def test_server_killed_mid_transfer(start_nginx) -> None:
+    server = start_nginx(slow_rate="500k")
+    data = payload(20_000_000, seed=2)
+    server.put("f.bin", data)
+    f = fetcher(server.url("f.bin", prefix="slow/"), stall_timeout=5.0, timeout=10.0)
+    sink = Collector(4321)
+    caught: list[Exception] = []
+
+    def run() -> None:
+        try:
+            f.fetch(4321, RangeEnd(len(data)), sink, threading.Event())
+        except TransferError as exc:
+            caught.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        assert sink.flowing.wait(30)
+        server.kill()
+        t.join(60)
+    finally:
+        f.close()
+    assert caught and isinstance(caught[0], PrematureEnd | StallError), caught
+    got = bytes(sink.data)
+    assert 0 < len(got) < len(data) - 4321
+    assert got == data[4321 : 4321 + len(got)]
+
+
+def test_cancel(start_nginx) -> None:
+    server = start_nginx(slow_rate="2m")
+    data = payload(5_000_000)
+    server.put("f.bin", data)
+    with fetcher(server.url("f.bin", prefix="slow/")) as f:
+        cancel = threading.Event()
+
+        def sink(offset: int, block: memoryview, _t: int) -> None:
+            cancel.set()
+
+        with pytest.raises(Cancelled):
+            f.fetch(0, RangeEnd(len(data)), sink, cancel)
+        assert fetch(f, 7, 9) == data[7:9]
+
+
+def test_connection_refused_is_transient(nginx_server) -> None:
+    nginx_server.kill()
+    with fetcher(nginx_server.url("f.bin"), timeout=5.0) as f, pytest.raises(TransientError):
+        fetch(f, 0, 10)
+
+
+def test_https(start_nginx) -> None:
+    server = start_nginx(tls=True)
+    data = payload(1_000_003)
+    server.put("f.bin", data)
+    ctx = ssl.create_default_context(cafile=str(server.ca_file))
+    with fetcher(server.url("f.bin"), verify=ctx) as f:
+        assert f.size() == len(data)
+        assert fetch(f, 999_000, 1_000_003) == data[999_000:]
+    with fetcher(server.url("f.bin")) as f, pytest.raises(TransferError):
+        fetch(f, 0, 10)  # untrusted certificate
+
+
+def test_ipv6_loopback(start_nginx, ipv6_loopback) -> None:
+    server = start_nginx(host=ipv6_loopback)
+    data = payload(100_000)
+    server.put("f.bin", data)
+    with fetcher(server.url("f.bin")) as f:
+        assert fetch(f, 99, 100_000) == data[99:]
+
+
+def test_pure_helpers() -> None:
+    assert parse_content_range("bytes 100-199/1000") == (100, 199, 1000)
+    assert parse_content_range("bytes 0-0/*") == (0, 0, None)
+    for bad in ("", "bytes 5-4/10", "bytes 0-10/10", "items 0-1/2"):
+        with pytest.raises(RangeNotHonoured):
+            parse_content_range(bad)
+    assert status_error("u", 503).transient
+    assert status_error("u", 429).transient
+    assert not status_error("u", 404).transient
+    assert not status_error("u", 403).transient
+    with pytest.raises(ValueError):
+        HttpFetcher("ftp://x/y")

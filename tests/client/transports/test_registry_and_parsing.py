@@ -1,0 +1,107 @@
+"""Scheme dispatch, URL validation and the pure FTP reply/URL parsers (no network)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from pftp_client.transports.base import RangeEnd, TransientError, open_fetcher
+from pftp_client.transports.ftp import FtpFetcher, ftp_target, parse_epsv, parse_pasv
+from pftp_client.transports.http import HttpFetcher
+from pftp_client.transports.registry import fetcher_for_url
+
+
+def test_dispatch_by_scheme() -> None:
+    f = fetcher_for_url("ftp://h.example/pub/f.iso", timeout=3, stall_timeout=2)
+    assert isinstance(f, FtpFetcher) and f.timeout == 3 and f.stall_timeout == 2
+    for url in ("http://h.example/f", "HTTPS://h.example/f"):
+        h = fetcher_for_url(url, timeout=3, stall_timeout=2)
+        assert isinstance(h, HttpFetcher)
+        h.close()
+    assert isinstance(open_fetcher("ftp://[::1]:2121/f"), FtpFetcher)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("", "non-empty"),
+        ("sftp://h/f", "unsupported scheme"),
+        ("file:///etc/passwd", "unsupported scheme"),
+        ("h.example/f", "no scheme"),
+        ("ftp:///f", "no host"),
+        ("ftp://h:99999/f", "malformed"),
+        ("ftp://h:port/f", "malformed"),
+        ("ftp://h/f\r\nDELE x", "control characters"),
+        ("ftp://h/", "does not name a file"),
+        ("ftp://h/dir/", "does not name a file"),
+        ("ftp://[::1/f", "malformed"),
+    ],
+)
+def test_bad_urls_are_clear_value_errors(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        fetcher_for_url(url)
+
+
+def test_ftp_target_decoding() -> None:
+    t = ftp_target("ftp://us%40er:p%3Ass%20w@[::1]:2121/pub/a%20b/f%23.bin;type=i")
+    assert (t.host, t.port, t.user, t.password) == ("::1", 2121, "us@er", "p:ss w")
+    assert t.path == "pub/a b/f#.bin"
+    assert ftp_target("ftp://h/%2Fsrv/f").path == "/srv/f"
+    anon = ftp_target("ftp://h/f")
+    assert (anon.user, anon.password, anon.port) == (None, None, 21)
+    with pytest.raises(ValueError, match="control character"):
+        ftp_target("ftp://h/a%0D%0ADELE%20b")
+
+
+def test_epsv_and_pasv_parsing() -> None:
+    assert parse_epsv("229 Entering Extended Passive Mode (|||6446|)") == 6446
+    assert parse_epsv("229 Extended Passive mode OK (!!!40407!)") == 40407
+    assert parse_pasv("227 Entering Passive Mode (127,0,0,1,156,64).") == ("127.0.0.1", 40000)
+    assert parse_pasv("227 =10,1,2,3,4,1") == ("10.1.2.3", 1025)
+    for bad in ("229 nope", "229 (|||0|)", "229 (|||70000|)"):
+        with pytest.raises(TransientError):
+            parse_epsv(bad)
+    for bad in ("227 (1,2,3,4)", "227 (300,1,1,1,1,1)", "227 (1,2,3,4,0,0)"):
+        with pytest.raises(TransientError):
+            parse_pasv(bad)
+
+
+def test_range_end_only_shrinks_and_deliver_clips() -> None:
+    end = RangeEnd(100)
+    assert end.lower_to(150) == 100
+    assert end.lower_to(60) == 60
+    got: list[tuple[int, bytes]] = []
+
+    def sink(offset: int, block: memoryview, _t: int) -> None:
+        got.append((offset, bytes(block)))
+
+    block = memoryview(bytes(range(40)))
+    assert end.deliver(sink, 30, block, 1) == 30  # clipped at 60
+    assert end.deliver(sink, 60, block, 2) == 0
+    assert got == [(30, bytes(range(30)))]
+
+
+def test_sink_may_lower_ends_while_another_thread_does_too() -> None:
+    """deliver holds no lock during the sink: the engine's sink takes its own lock
+    and lowers other flows' ends while other threads lower this one (no deadlock)."""
+    engine_lock = threading.Lock()
+    ends = [RangeEnd(10_000), RangeEnd(10_000)]
+    inside = threading.Event()
+    release = threading.Event()
+
+    def sink(offset: int, block: memoryview, _t: int) -> None:
+        inside.set()
+        release.wait(10)
+        with engine_lock:
+            ends[1].lower_to(5000)
+            ends[0].lower_to(offset + len(block) + 100)
+
+    t = threading.Thread(target=ends[0].deliver, args=(sink, 0, memoryview(bytes(500)), 0))
+    t.start()
+    assert inside.wait(10)
+    with engine_lock:
+        assert ends[0].lower_to(8000) == 8000  # does not wait for the running sink
+    release.set()
+    t.join(10)
+    assert not t.is_alive()
+    assert ends[0].value == 600 and ends[1].value == 5000

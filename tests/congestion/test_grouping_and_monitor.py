@@ -1,0 +1,146 @@
+import threading
+
+import numpy as np
+import pytest
+from pftp_client.congestion import (
+    PairVerdict,
+    SharedCongestionMonitor,
+    Sharing,
+    TimestampSource,
+    entropy_pair_test,
+    flows_to_drop,
+    group_flows,
+)
+from pftp_client.congestion.monitor import congestion_detector_factory
+
+from .synthetic import MS, own_link, shared_link
+
+
+def _topology(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a, b = shared_link(rng, 2, 1.5 * MS, 900)
+    c, d = shared_link(rng, 2, 1.1 * MS, 1200)
+    e = own_link(rng, 1.8 * MS, 450)
+    return {"a": a, "b": b, "c": c, "d": d, "e": e}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_grouping_finds_two_shared_pairs_in_n_squared_tests(seed):
+    flows = _topology(seed)
+    calls = []
+
+    def counting(x, y):
+        calls.append(1)
+        return entropy_pair_test(x, y)
+
+    ranks = {"a": 0.2, "b": 0.9, "c": 0.5, "d": 0.1, "e": 1.0}
+    g = group_flows(flows, counting, ranks)
+    assert len(calls) == g.pair_tests == 5 * 4 // 2
+    assert sorted(map(sorted, g.shared_sets)) == [["a", "b"], ["c", "d"]]
+    # best-ranked first in each set: keep b and c, drop a and d
+    assert [s[0] for s in g.shared_sets] == ["b", "c"]
+    assert sorted(flows_to_drop(g)) == ["a", "d"]
+    assert g.set_of("e") is None
+
+
+def _fake(pairs_shared: set[frozenset[str]]):
+    def test(x, y):
+        key = frozenset((str(x[0]), str(y[0])))
+        sharing = Sharing.SHARED if key in pairs_shared else Sharing.INDEPENDENT
+        return PairVerdict("fake", sharing, 0.99, 100, 0.0)
+
+    return test
+
+
+def test_one_wrong_pair_cannot_chain_unrelated_flows():
+    flows = {k: np.array([k]) for k in ("a", "b", "c")}
+    g = group_flows(flows, _fake({frozenset("ab"), frozenset("bc")}))
+    assert len(g.shared_sets) == 1 and len(g.shared_sets[0]) == 2
+
+
+def test_three_way_set_when_all_pairs_agree():
+    flows = {k: np.array([k]) for k in ("a", "b", "c", "d")}
+    shared = {frozenset(p) for p in ("ab", "ac", "bc")}
+    g = group_flows(flows, _fake(shared))
+    assert sorted(map(sorted, g.shared_sets)) == [["a", "b", "c"]]
+
+
+def test_flows_must_be_a_mapping():
+    assert group_flows({"a": np.arange(3)}, entropy_pair_test).shared_sets == []
+    with pytest.raises(TypeError, match="map flow id"):
+        group_flows([("a", np.arange(3)), ("b", np.arange(3))], entropy_pair_test)
+
+
+def _feed(mon, flows, sizes=1448):
+    events = sorted((int(t), f) for f, ts in flows.items() for t in ts)
+    for t, f in events:
+        mon.observe(f, t, sizes)
+
+
+def test_monitor_drops_all_but_the_best_ranked_flow_of_each_set():
+    flows = _topology(11)
+    dropped: list[list[str]] = []
+    mon = SharedCongestionMonitor(lambda ids, ev: dropped.append(sorted(ids)),
+                                  clock_ns=lambda: 0)
+    for f, rank in {"a": 3, "b": 1, "c": 2, "d": 5, "e": 4}.items():
+        mon.add_flow(f, rank)
+    assert mon.check() == []  # no data yet: no decision
+    _feed(mon, flows)
+    events = mon.check()
+    assert sorted(dropped) == [["b"], ["c"]]
+    assert {e.kept for e in events} == {"a", "d"}
+    for e in events:
+        assert e.source is TimestampSource.APP_RECV
+        assert e.confidence >= 0.9
+        assert 60 <= e.packets <= 400
+        assert e.detector == "entropy"
+    # dropped flows are gone; the survivors are not shared any more
+    assert mon.check() == []
+
+
+def test_monitor_rejects_unknown_detector():
+    with pytest.raises(ValueError, match="unknown detector"):
+        SharedCongestionMonitor(lambda ids, ev: None, detector="astrology")
+
+
+class _Engine:
+    """The part of the engine the factory talks to (FlowControl)."""
+
+    def __init__(self):
+        self.dropped: list[str] = []
+        self.alive = {"f1", "f2", "f3"}
+        self.lock = threading.Lock()
+
+    def drop_flows(self, flow_ids, reason="congested"):
+        with self.lock:
+            ids = [f for f in flow_ids if f in self.alive]
+            self.dropped += ids
+            self.alive -= set(ids)
+        return ids
+
+    def active_flows(self):
+        return sorted(self.alive)
+
+
+def test_detector_factory_plugs_into_the_engine_hook():
+    from pftp_client.flow_observer import FlowTimings
+
+    rng = np.random.default_rng(5)
+    a, b = shared_link(rng, 2, 1.5 * MS, 900)
+    c = own_link(rng, 1.3 * MS, 500)
+    engine = _Engine()
+    events = []
+    obs = congestion_detector_factory(on_event=events.append, interval_s=3600)(
+        engine, FlowTimings(16))
+    for fid, mirror in (("f1", "m1"), ("f2", "m2"), ("f3", "m3")):
+        obs.flow_started(fid, mirror)
+    for t, f in sorted((int(t), f) for f, ts in {"f1": a, "f2": b, "f3": c}.items() for t in ts):
+        obs.on_receive(f, t, 1448)
+    obs.monitor.check()
+    assert engine.dropped == ["f2"]  # f1 started first, so it ranks higher and stays
+    assert events and events[0].kept == "f1"
+    assert events[0].mirrors == ["m1", "m2"]
+    for f in ("f1", "f2", "f3"):
+        engine.alive.discard(f)
+        obs.flow_ended(f)
+    assert obs.monitor._thread is None  # stopped once no flow is left

@@ -1,0 +1,42 @@
+"""The benchmark's lower bounds (pure functions, no lab needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.bounds import LinkState, aggregate_bps, bound_seconds, single_mirror_bps
+from bench.scenarios import MIB, SCENARIOS
+
+M = 1_000_000
+
+
+def test_aggregate_is_capped_by_shared_bottleneck_and_access() -> None:
+    state = LinkState(access_bps=None, mirrors={"a": 30 * M, "b": 30 * M, "c": 15 * M},
+                      groups={"g": (20 * M, ("a", "b"))})
+    assert aggregate_bps(state) == 35 * M
+    assert aggregate_bps(LinkState(4 * M, state.mirrors, state.groups)) == 4 * M
+    assert single_mirror_bps(state, "a") == 20 * M
+
+
+def test_piecewise_bound_over_an_event() -> None:
+    before = LinkState(None, {"a": 10 * M, "b": 30 * M}, {})
+    after = LinkState(None, {"a": 10 * M, "b": 0.0}, {})
+    size = 10 * 1_000_000  # 80 Mbit
+    # 20% at 40 Mbit/s (0.4 s), then 80% at 10 Mbit/s (6.4 s)
+    assert bound_seconds(size, [(0.2, before), (1.0, after)]) == pytest.approx(6.8)
+    with pytest.raises(ValueError):
+        bound_seconds(size, [(1.0, LinkState(None, {"a": 0.0}, {}))])
+
+
+def test_every_scenario_has_a_finite_bound_and_a_sane_file() -> None:
+    names = [s.name for s in SCENARIOS]
+    assert len(names) == len(set(names)) == 7
+    for s in SCENARIOS:
+        for quick in (True, False):
+            size = s.file_bytes(quick)
+            assert size >= MIB
+            assert 0 < s.bound_s(size) < 60
+    dies = next(s for s in SCENARIOS if s.name == "mirror-dies")
+    # after the kill the 30 Mbit/s mirror is gone: the bound is longer than without events
+    size = dies.file_bytes(False)
+    assert dies.bound_s(size) > size * 8 / 80e6

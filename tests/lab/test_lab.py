@@ -1,0 +1,300 @@
+"""The network lab: real namespaces, shaped links and real FTP/HTTP servers (needs root)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from pftp_lab import BottleneckSpec, Lab, LabError, MirrorSpec, make_file, sha256_file
+from pftp_lab.cleanup import clean
+from pftp_lab.netns import list_namespaces, namespace_pids
+
+SIZE = 1_000_000
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> tuple[Path, str]:
+    path = tmp_path / "data.bin"
+    digest = make_file(path, SIZE, seed=5)
+    return path, digest
+
+
+def curl(lab: Lab, url: str, out: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Download into `out` from the client namespace; stdout is 'bytes_per_s size'."""
+    return lab.run_in(
+        "client",
+        ["curl", "-sS", "--max-time", str(int(timeout)), "-o", str(out),
+         "-w", "%{speed_download} %{size_download}", url],
+        timeout=timeout + 30,
+    )
+
+
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie waiting for a parent that is not ours counts)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "State:\tZ" in status
+
+
+def mine(names: list[str]) -> list[str]:
+    live = set(list_namespaces())
+    return [n for n in names if n in live]
+
+
+def test_rejects_bad_specs_before_touching_anything() -> None:
+    with pytest.raises(LabError, match="at least one mirror"):
+        Lab([], files={"f": b"x"})
+    with pytest.raises(LabError, match="unknown kind"):
+        Lab([MirrorSpec(kind="proftpd")], files={"f": b"x"})
+    with pytest.raises(LabError, match="unknown bottleneck"):
+        Lab([MirrorSpec(bottleneck="nope")], files={"f": b"x"})
+    with pytest.raises(LabError, match="plain names"):
+        Lab([MirrorSpec()], files={"../etc/passwd": b"x"})
+
+
+@pytest.mark.lab
+def test_topology_up_every_server_kind_serves_the_file(data, tmp_path: Path) -> None:
+    path, digest = data
+    specs = [
+        MirrorSpec(rate_bps=40_000_000),
+        MirrorSpec(rate_bps=40_000_000, kind="pure-ftpd", http=True),
+        MirrorSpec(rate_bps=40_000_000, bottleneck="shared", http=True),
+    ]
+    with Lab(specs, files={"data.bin": path}, bottlenecks=[BottleneckSpec("shared", 30_000_000)],
+             access_bps=100_000_000, coordinator=True) as lab:
+        assert len(lab.namespaces) == 7  # router, client, coordinator, bottleneck, 3 mirrors
+        assert all(n.startswith(f"pl{lab.lab_id}-") for n in lab.namespaces)
+        assert mine(lab.namespaces) == lab.namespaces
+        assert lab.file_sha256["data.bin"] == digest
+        for target in [m.addr for m in lab.mirrors] + [lab.coordinator_addr]:
+            ping = lab.run_in("client", ["ping", "-c", "1", "-W", "5", target], timeout=30)
+            assert ping.returncode == 0, ping.stdout + ping.stderr
+        urls = [m.ftp_url("data.bin") for m in lab.mirrors]
+        urls += [m.http_url("data.bin") for m in lab.mirrors if m.http]
+        for i, url in enumerate(urls):
+            out = tmp_path / f"out{i}.bin"
+            res = curl(lab, url, out)
+            assert res.returncode == 0, f"{url}: {res.stderr}"
+            assert sha256_file(out) == digest, url
+        # the coordinator namespace reaches the mirrors too (it probes them)
+        res = lab.run_in("coordinator", ["curl", "-sS", "-o", "/dev/null", "-r", "0-999",
+                                         urls[0]], timeout=60)
+        assert res.returncode == 0, res.stderr
+        names = lab.namespaces
+    assert mine(names) == []
+
+
+@pytest.mark.lab
+def test_shaping_is_applied_and_set_rate_changes_it(data, tmp_path: Path) -> None:
+    path, _ = data
+    rate = 8_000_000
+    with Lab([MirrorSpec(rate_bps=rate)], files={"data.bin": path}) as lab:
+        m = lab.mirrors[0]
+        qdisc = lab.run_in(m, ["tc", "qdisc", "show", "dev", m.dev], check=True).stdout
+        assert "tbf" in qdisc and "8Mbit" in qdisc, qdisc
+        res = curl(lab, m.ftp_url("data.bin"), tmp_path / "a.bin")
+        assert res.returncode == 0, res.stderr
+        fast_bps = float(res.stdout.split()[0]) * 8
+        print(f"shaped at {rate / 1e6} Mbit/s, measured {fast_bps / 1e6:.2f} Mbit/s")
+        # loose bounds: this only catches a missing or wrong qdisc, not a slow machine
+        assert 0.5 * rate < fast_bps < 1.5 * rate
+
+        lab.set_rate(m, 2_000_000)
+        qdisc = lab.run_in(m, ["tc", "qdisc", "show", "dev", m.dev], check=True).stdout
+        assert "2Mbit" in qdisc, qdisc
+        res = curl(lab, m.ftp_url("data.bin"), tmp_path / "b.bin")
+        assert res.returncode == 0, res.stderr
+        slow_bps = float(res.stdout.split()[0]) * 8
+        print(f"after set_rate(2 Mbit/s): {slow_bps / 1e6:.2f} Mbit/s")
+        assert slow_bps < 1.5 * 2_000_000
+        assert [e.kind for e in lab.events] == ["set_rate"]
+
+
+@pytest.mark.lab
+def test_access_link_caps_the_aggregate(data, tmp_path: Path) -> None:
+    path, _ = data
+    with Lab([MirrorSpec(rate_bps=50_000_000)], files={"data.bin": path},
+             access_bps=4_000_000) as lab:
+        res = curl(lab, lab.mirrors[0].ftp_url("data.bin"), tmp_path / "a.bin")
+        assert res.returncode == 0, res.stderr
+        bps = float(res.stdout.split()[0]) * 8
+        print(f"access 4 Mbit/s, mirror 50 Mbit/s: measured {bps / 1e6:.2f} Mbit/s")
+        assert bps < 1.5 * 4_000_000
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("kind", ["vsftpd", "pure-ftpd"])
+def test_kill_ends_transfers_in_flight_and_restart_serves_again(kind, data, tmp_path: Path
+                                                                 ) -> None:
+    path, digest = data
+    with Lab([MirrorSpec(rate_bps=1_000_000, kind=kind)], files={"data.bin": path}) as lab:
+        m = lab.mirrors[0]
+        out = tmp_path / "partial.bin"
+        # 1 MB at 1 Mbit/s takes ~8 s: the kill lands mid-transfer
+        proc = lab.popen_in("client", ["curl", "-sS", "--max-time", "60", "-o", str(out),
+                                       m.ftp_url("data.bin")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while (not out.exists() or out.stat().st_size == 0) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(m.pids) >= 2, "listener plus a session process expected"
+        lab.kill(m)
+        assert m.pids == [] and not m.alive
+        rc = proc.wait(timeout=60)
+        assert rc != 0, "curl should fail when the mirror dies mid-transfer"
+        assert out.stat().st_size < SIZE
+        refused = curl(lab, m.ftp_url("data.bin"), tmp_path / "x.bin", timeout=10)
+        assert refused.returncode != 0
+
+        lab.restart(m)
+        lab.set_rate(m, 40_000_000)
+        res = curl(lab, m.ftp_url("data.bin"), tmp_path / "again.bin")
+        assert res.returncode == 0, res.stderr
+        assert sha256_file(tmp_path / "again.bin") == digest
+
+
+@pytest.mark.lab
+def test_corrupt_touches_one_mirror_and_only_the_range(data, tmp_path: Path) -> None:
+    path, digest = data
+    with Lab([MirrorSpec(rate_bps=40_000_000), MirrorSpec(rate_bps=40_000_000, kind="pure-ftpd")],
+             files={"data.bin": path}) as lab:
+        lab.corrupt(1, offset=100_000, length=10)
+        good, bad = tmp_path / "good.bin", tmp_path / "bad.bin"
+        assert curl(lab, lab.mirrors[0].ftp_url("data.bin"), good).returncode == 0
+        assert curl(lab, lab.mirrors[1].ftp_url("data.bin"), bad).returncode == 0
+        assert sha256_file(good) == digest
+        assert sha256_file(bad) != digest
+        a, b = good.read_bytes(), bad.read_bytes()
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        assert diff == list(range(100_000, 100_010))
+        with pytest.raises(LabError, match="outside"):
+            lab.corrupt(0, offset=SIZE, length=1)
+
+
+@pytest.mark.lab
+def test_cleanup_when_the_body_raises(data) -> None:
+    path, _ = data
+    seen: dict[str, object] = {}
+    with pytest.raises(RuntimeError, match="boom"), Lab([MirrorSpec()],
+                                                        files={"data.bin": path}) as lab:
+        seen["names"] = lab.namespaces
+        seen["workdir"] = lab.workdir
+        seen["pids"] = lab.mirrors[0].pids
+        raise RuntimeError("boom")
+    assert mine(seen["names"]) == []  # type: ignore[arg-type]
+    assert not Path(seen["workdir"]).exists()  # type: ignore[arg-type]
+    assert seen["pids"] and all(gone(p) for p in seen["pids"])  # type: ignore[union-attr]
+
+
+LAB_SCRIPT = textwrap.dedent("""
+    import sys, time
+    from pftp_lab import Lab, MirrorSpec
+    lab = Lab([MirrorSpec()], files={"f.bin": b"x" * 1000}).start()
+    print(" ".join(lab.namespaces), flush=True)
+    time.sleep(120)
+""")
+
+
+def _start_lab_process() -> tuple[subprocess.Popen[str], list[str]]:
+    proc = subprocess.Popen([sys.executable, "-c", LAB_SCRIPT], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.kill()
+        raise AssertionError(f"lab process failed: {proc.communicate()[1]}")
+    return proc, line.split()
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_cleanup_on_signal(sig) -> None:
+    proc, names = _start_lab_process()
+    try:
+        assert mine(names) == names
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        assert mine(names) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        clean_these(names)
+
+
+@pytest.mark.lab
+def test_cleanup_module_removes_what_a_killed_lab_left() -> None:
+    proc, names = _start_lab_process()
+    try:
+        server_pids = [p for n in names for p in namespace_pids(n)]
+        proc.kill()  # SIGKILL: no handler runs, the namespaces stay
+        proc.wait(timeout=30)
+        assert mine(names) == names
+        res = subprocess.run([sys.executable, "-m", "pftp_lab.cleanup"], capture_output=True,
+                             text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert mine(names) == []
+        assert server_pids and all(gone(p) for p in server_pids)
+    finally:
+        clean_these(names)
+
+
+def clean_these(names: list[str]) -> None:
+    """Last resort for the tests above: never leave namespaces behind, even on failure."""
+    if mine(names):
+        clean(include_live=False)
+    from pftp_lab.netns import delete_namespace
+
+    for n in mine(names):
+        delete_namespace(n)
+
+
+@pytest.mark.lab
+def test_a_lab_running_in_another_process_is_left_alone_by_cleanup() -> None:
+    proc, names = _start_lab_process()
+    try:
+        clean()
+        assert mine(names) == names
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        clean_these(names)
+    assert mine(names) == []
+
+
+@pytest.mark.lab
+def test_refuses_without_root_with_a_clear_message() -> None:
+    # The interpreter lives under /root (0700): import as root, then drop to nobody for real.
+    code = ("import os\n"
+            "from pftp_lab import Lab, MirrorSpec\n"
+            "os.setegid(65534); os.seteuid(65534)\n"
+            "Lab([MirrorSpec()], files={'f': b'x'}).start()\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode != 0
+    assert "LabError" in res.stderr and "needs root" in res.stderr, res.stderr
+
+
+@pytest.mark.lab
+@pytest.mark.postgres
+def test_coordinator_namespace_reaches_postgresql_over_the_unix_socket(pg_available) -> None:
+    if not pg_available:
+        pytest.skip("PostgreSQL is not running")
+    code = ("import psycopg\n"
+            "with psycopg.connect(host='/var/run/postgresql', user='postgres', "
+            "dbname='postgres') as c:\n"
+            "    print(c.execute('select 41 + 1').fetchone()[0])\n")
+    with Lab([MirrorSpec()], files={"f.bin": b"x"}, coordinator=True) as lab:
+        res = lab.run_in("coordinator", [sys.executable, "-c", code], timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip() == "42"
+        # 127.0.0.1 inside the namespace is its own loopback: TCP to it finds no server
+        tcp = lab.run_in("coordinator", ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/5432"])
+        assert tcp.returncode != 0

@@ -1,0 +1,175 @@
+"""Planner: from an in-memory snapshot to an AssignmentResponse."""
+
+from __future__ import annotations
+
+import random
+from array import array
+
+import pytest
+from pftp_coordinator.config import Settings
+from pftp_coordinator.planner import NoUsableMirror, UnknownFile, plan_assignments, replica_url
+from pftp_coordinator.ranking import MirrorMetrics
+from pftp_coordinator.ranking_inputs import FileRecord, MirrorInfo, RankingSnapshot, ReplicaSet
+from pftp_wire.models import AssignmentRequest
+
+NOW = 1_700_000_000.0
+SHA = "ab" * 32
+MIB = 1 << 20
+
+
+def mirror(mid, *, mbps=10.0, enabled=True, state="up", urls=None):
+    return MirrorInfo(
+        id=mid,
+        name=f"m{mid}",
+        enabled=enabled,
+        state=state,
+        urls=urls
+        if urls is not None
+        else {"ftp": f"ftp://10.0.0.{mid}/pub/", "http": f"http://10.0.0.{mid}"},
+        metrics=MirrorMetrics(
+            key=mid, probe_throughput_bps=mbps * 1e6, rtt_s=0.02, loss=0.0, probe_ts=NOW
+        ),
+    )
+
+
+def snapshot(mirrors, *, size=100 * MIB + 1, holders=None, piece_size=None, pieces=None):
+    holders = holders if holders is not None else [m.id for m in mirrors]
+    f = FileRecord(1, "iso/big.iso", size, SHA, piece_size, pieces is not None)
+    return RankingSnapshot(
+        taken_at=NOW,
+        mirrors={m.id: m for m in mirrors},
+        files_by_name={f.name: f},
+        replicas={1: ReplicaSet(array("i", holders), tuple(f"dist/{f.name}" for _ in holders))}
+        if holders
+        else {},
+        piece_loader=(lambda fid: pieces) if pieces is not None else None,
+    )
+
+
+def plan(
+    snap, *, bw=None, protocols=("ftp", "http"), rate=0.0, settings=None, file="iso/big.iso", seed=1
+):
+    req = AssignmentRequest(file=file, access_bandwidth_bps=bw, protocols=list(protocols))
+    return plan_assignments(
+        snap,
+        req,
+        settings=settings or Settings(),
+        request_rate_rps=rate,
+        rng=random.Random(seed),
+        now=NOW,
+    )
+
+
+def test_assignments_cover_the_file_and_follow_rank():
+    snap = snapshot([mirror(1, mbps=10), mirror(2, mbps=40), mirror(3, mbps=20), mirror(4, mbps=5)])
+    resp = plan(snap, bw=int(60e6))
+    assert resp.mode == "ranked"
+    assert [a.mirror for a in resp.assignments] == ["m2", "m3"]  # 40 + 20 >= 60
+    assert resp.assignments[0].offset == 0
+    assert sum(a.length for a in resp.assignments) == resp.file.size
+    assert resp.assignments[1].offset == resp.assignments[0].length
+    # portions follow the expected rates 40:20
+    assert resp.assignments[0].length == pytest.approx(2 * resp.assignments[1].length, abs=2)
+    assert [b.mirror for b in resp.backups] == ["m1", "m4"]
+    assert resp.assignments[0].url == "ftp://10.0.0.2/pub/dist/iso/big.iso"
+    assert set(resp.assignments[0].explain) >= {"bandwidth", "rtt", "loss"}
+    assert resp.file.sha256 == SHA and len(resp.request_id) == 32
+
+
+def test_slow_client_gets_one_mirror():
+    snap = snapshot([mirror(1, mbps=10), mirror(2, mbps=40)])
+    resp = plan(snap, bw=56_000)
+    assert [(a.mirror, a.offset, a.length) for a in resp.assignments] == [("m2", 0, 100 * MIB + 1)]
+
+
+def test_unknown_file():
+    with pytest.raises(UnknownFile, match="nope"):
+        plan(snapshot([mirror(1)]), file="nope")
+
+
+def test_no_replica():
+    with pytest.raises(NoUsableMirror, match="no mirror holds"):
+        plan(snapshot([mirror(1)], holders=[]))
+
+
+def test_disabled_down_and_protocol_filtered():
+    mirrors = [
+        mirror(1, enabled=False),
+        mirror(2, state="down"),
+        mirror(3, urls={"http": "http://h3/"}),
+        mirror(4, state="unknown", urls={"ftp": "ftp://h4"}),
+    ]
+    resp = plan(snapshot(mirrors), protocols=("ftp",))
+    assert [a.mirror for a in resp.assignments] == ["m4"]
+    assert resp.assignments[0].url == "ftp://h4/dist/iso/big.iso"
+    with pytest.raises(NoUsableMirror, match=r"1 disabled, 1 down, 1 protocol"):
+        plan(snapshot(mirrors[:3]), protocols=("ftp",))
+
+
+def test_protocol_preference_order():
+    resp = plan(snapshot([mirror(1)]), protocols=("http", "ftp"))
+    assert resp.assignments[0].url.startswith("http://10.0.0.1/")
+
+
+def test_min_portion_moves_dropped_mirrors_to_backups():
+    settings = Settings(min_portion_bytes=4 * MIB, backup_count=2)
+    snap = snapshot([mirror(i, mbps=10) for i in range(1, 6)], size=9 * MIB)
+    resp = plan(snap, settings=settings)  # unknown access bandwidth: up to 8 mirrors
+    assert len(resp.assignments) == 2
+    assert all(a.length >= 4 * MIB for a in resp.assignments)
+    assert sum(a.length for a in resp.assignments) == 9 * MIB
+    assert len(resp.backups) == 2
+
+
+def test_balanced_mode_above_threshold():
+    settings = Settings(balanced_threshold_rps=10)
+    snap = snapshot([mirror(i, mbps=10 + i) for i in range(1, 7)])
+    firsts = {
+        plan(snap, bw=int(5e6), rate=100.0, settings=settings, seed=s).assignments[0].mirror
+        for s in range(60)
+    }
+    assert len(firsts) >= 4
+    resp = plan(snap, bw=int(5e6), rate=100.0, settings=settings)
+    assert resp.mode == "balanced"
+    ranked_first = {
+        plan(snap, bw=int(5e6), rate=1.0, settings=settings, seed=s).assignments[0].mirror
+        for s in range(10)
+    }
+    assert ranked_first == {"m6"}
+
+
+def test_zero_size_file():
+    resp = plan(snapshot([mirror(1), mirror(2)], size=0))
+    assert [(a.offset, a.length) for a in resp.assignments] == [(0, 0)]
+
+
+def test_piece_hashes_and_alignment():
+    piece = MIB
+    pieces = ["cd" * 32] * 11
+    snap = snapshot(
+        [mirror(1), mirror(2), mirror(3)], size=10 * piece + 5, piece_size=piece, pieces=pieces
+    )
+    resp = plan(snap)
+    assert resp.file.piece_sha256 == pieces and resp.file.piece_size == piece
+    assert all(a.offset % piece == 0 for a in resp.assignments)
+
+
+def test_congestion_pair_avoided():
+    mirrors = [mirror(1, mbps=40), mirror(2, mbps=39), mirror(3, mbps=10)]
+    base = snapshot(mirrors)
+    snap = RankingSnapshot(
+        taken_at=NOW,
+        mirrors=base.mirrors,
+        files_by_name=base.files_by_name,
+        replicas=base.replicas,
+        congested_pairs=frozenset({frozenset((1, 2))}),
+    )
+    resp = plan(snap, bw=int(50e6))
+    assert [a.mirror for a in resp.assignments] == ["m1", "m3"]
+    assert "m2" in [b.mirror for b in resp.backups]
+
+
+def test_replica_url_joins():
+    assert replica_url("ftp://h/pub", "a/b c.iso") == "ftp://h/pub/a/b%20c.iso"
+    assert replica_url("ftp://h/pub/", "/a/b%20c.iso") == "ftp://h/pub/a/b%20c.iso"
+    assert replica_url("http://h", "x") == "http://h/x"

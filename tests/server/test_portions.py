@@ -1,0 +1,122 @@
+"""Portion split: exact cover, proportionality, minimum size, piece alignment."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pftp_coordinator.portions import split_portions
+
+
+def check_cover(size, portions):
+    offset = 0
+    for p in portions:
+        assert p.offset == offset
+        assert p.length >= 0
+        offset += p.length
+    assert offset == size
+
+
+@pytest.mark.parametrize("size", [2, 3, 7, 1_000_003, 2**31 + 17])
+def test_odd_sizes_are_covered_exactly(size):
+    portions = split_portions(size, [0.5, 0.3, 0.2])
+    check_cover(size, portions)
+    assert [p.index for p in portions] == [0, 1, 2][: len(portions)]
+
+
+def test_proportional_hand_computed():
+    ps = split_portions(1000, [0.5, 0.3, 0.2])
+    assert [(p.offset, p.length) for p in ps] == [(0, 500), (500, 300), (800, 200)]
+    # 10 / 3: ideal 3.33 each; the leftover byte goes to the best-ranked mirror.
+    ps = split_portions(10, [1.0, 1.0, 1.0])
+    assert [p.length for p in ps] == [4, 3, 3]
+
+
+def test_highest_weight_gets_the_largest_portion():
+    ps = split_portions(10_000_000, [0.1, 0.6, 0.3])
+    lengths = {p.index: p.length for p in ps}
+    assert lengths[1] > lengths[2] > lengths[0]
+
+
+def test_size_zero_and_one():
+    assert [(p.index, p.offset, p.length) for p in split_portions(0, [0.2, 0.8])] == [(0, 0, 0)]
+    assert [(p.index, p.offset, p.length) for p in split_portions(1, [0.2, 0.8])] == [(0, 0, 1)]
+
+
+def test_min_portion_merges_into_fewer_mirrors():
+    # 3 MiB over 4 mirrors with a 1 MiB minimum: at most 3 portions.
+    mib = 1 << 20
+    ps = split_portions(3 * mib, [0.4, 0.3, 0.2, 0.1], min_portion=mib)
+    check_cover(3 * mib, ps)
+    assert all(p.length >= mib for p in ps)
+    assert 3 not in {p.index for p in ps}  # the lightest mirror was dropped
+    # A file smaller than the minimum goes to one mirror.
+    ps = split_portions(mib // 2, [0.4, 0.3, 0.2, 0.1], min_portion=mib)
+    assert [(p.index, p.length) for p in ps] == [(0, mib // 2)]
+
+
+def test_tiny_weight_is_dropped_rather_than_given_a_sliver():
+    ps = split_portions(10 << 20, [0.999, 0.001], min_portion=1 << 20)
+    assert [p.index for p in ps] == [0]
+
+
+def test_piece_alignment():
+    piece = 256 * 1024
+    size = 10 * piece + 123
+    ps = split_portions(size, [0.5, 0.3, 0.2], piece_size=piece)
+    check_cover(size, ps)
+    for p in ps:
+        assert p.offset % piece == 0
+    assert ps[-1].length % piece == 123
+
+
+def test_fewer_pieces_than_mirrors():
+    ps = split_portions(2 * 1000 + 1, [1, 1, 1, 1, 1], piece_size=1000)
+    check_cover(2001, ps)
+    assert len(ps) == 3
+
+
+def test_degenerate_weights():
+    check_cover(100, split_portions(100, [0.0, 0.0, 0.0]))
+    ps = split_portions(100, [float("inf"), 1.0])
+    assert [p.index for p in ps] == [0]
+    with pytest.raises(ValueError, match="non-negative"):
+        split_portions(100, [1.0, -1.0])
+    with pytest.raises(ValueError, match="non-negative"):
+        split_portions(100, [float("nan")])
+    with pytest.raises(ValueError, match="at least one mirror"):
+        split_portions(100, [])
+    with pytest.raises(ValueError, match="negative"):
+        split_portions(-1, [1.0])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    size=st.integers(min_value=0, max_value=2**40),
+    weights=st.lists(
+        st.floats(min_value=0, max_value=1e12, allow_nan=False), min_size=1, max_size=20
+    ),
+    min_portion=st.integers(min_value=1, max_value=2**24),
+    piece_size=st.one_of(st.none(), st.integers(min_value=1, max_value=2**22)),
+)
+def test_split_properties(size, weights, min_portion, piece_size):
+    ps = split_portions(size, weights, min_portion=min_portion, piece_size=piece_size)
+    # whole bytes, disjoint, contiguous, exact cover, in input order
+    check_cover(size, ps)
+    assert all(isinstance(p.offset, int) and isinstance(p.length, int) for p in ps)
+    idx = [p.index for p in ps]
+    assert idx == sorted(set(idx))
+    assert all(0 <= i < len(weights) for i in idx)
+    assert 1 <= len(ps) <= len(weights)
+    if len(ps) > 1:
+        assert all(p.length >= min_portion for p in ps)
+    if piece_size:
+        assert all(p.offset % piece_size == 0 for p in ps)
+    # proportional within rounding (one unit) among the kept mirrors
+    if len(ps) > 1 and sum(weights[i] for i in idx) > 0:
+        unit = piece_size or 1
+        n_units = -(-size // unit)
+        kw = sum(weights[i] for i in idx)
+        for p in ps[:-1]:
+            ideal = n_units * weights[p.index] / kw
+            assert abs(p.length / unit - ideal) <= 1.0 + 1e-6 * ideal

@@ -1,0 +1,200 @@
+"""Probes against real servers on loopback: RTT, ranged reads, mirror up/down."""
+
+from __future__ import annotations
+
+import math
+import socket
+from datetime import timedelta
+
+import pytest
+from pftp_coordinator.config import Settings
+from pftp_coordinator.db import session_scope
+from pftp_coordinator.models import Mirror, PathProbe, utcnow
+from pftp_coordinator.probes.aggregate import decayed_mean, summarize_probes
+from pftp_coordinator.probes.capacity import capacity_from_arrivals
+from pftp_coordinator.probes.rtt import measure_rtt, raw_sockets_allowed, summarize_rtts
+from pftp_coordinator.probes.service import probe_mirror
+from pftp_coordinator.probes.throughput import (
+    ProbeError,
+    data_phase_bps,
+    ftp_ranged_read,
+    http_ranged_read,
+)
+from probe_db import add_mirror, migrated_factory, tree_root
+from probe_servers import ftp_server, http_server, make_tree
+from sqlalchemy import select
+
+
+def settings(**kw) -> Settings:
+    base = {
+        "database_url": None,
+        "probe_timeout_s": 10.0,
+        "throughput_probe_bytes": 256 * 1024,
+        "down_after_failures": 3,
+        "probe_interval_s": 60.0,
+    }
+    base.update(kw)
+    return Settings(**base)
+
+
+# --- pure parts ---------------------------------------------------------------------
+
+
+def test_summarize_rtts_min_median_loss():
+    r = summarize_rtts("tcp-connect", [0.010, None, 0.030, 0.020, None], refused=1)
+    assert r.rtt_min_s == 0.010 and r.rtt_median_s == 0.020
+    assert math.isclose(r.loss, 0.2) and r.ok
+    assert not summarize_rtts("icmp", [None, None]).ok
+    with pytest.raises(ValueError):
+        summarize_rtts("icmp", [])
+
+
+def test_decayed_mean_half_life():
+    # A value one half-life old weighs half as much as a fresh one.
+    assert math.isclose(decayed_mean([10.0, 40.0], [0.0, 100.0], 100.0), (10 + 0.5 * 40) / 1.5)
+    assert decayed_mean([None, None], [0, 0], 10) is None
+    # An hourly row of 3 samples weighs 3 raw rows.
+    assert math.isclose(decayed_mean([1.0, 4.0], [0, 0], 10, counts=[3, 1]), 7 / 4)
+    with pytest.raises(ValueError):
+        decayed_mean([1.0], [0, 1], 10)
+    with pytest.raises(ValueError):
+        decayed_mean([1.0], [0], 0)
+
+
+def test_summarize_probes_prefers_throughput_and_skips_failures():
+    now = utcnow()
+    rows = [
+        PathProbe(mirror_id=1, ts=now, method="tcp-connect", ok=True, rtt_s=0.02, samples=1),
+        PathProbe(
+            mirror_id=1,
+            ts=now - timedelta(hours=1),
+            method="tcp-connect",
+            ok=True,
+            rtt_s=0.04,
+            samples=1,
+        ),
+        PathProbe(mirror_id=1, ts=now, method="ftp-range", ok=True, throughput_bps=8e6, samples=1),
+        PathProbe(mirror_id=1, ts=now, method="packet-train", ok=True, capacity_bps=1e7, samples=1),
+        PathProbe(
+            mirror_id=1, ts=now, method="ftp-range", ok=False, throughput_bps=None, samples=1
+        ),
+    ]
+    s = summarize_probes(rows, now, half_life_s=3600)
+    assert math.isclose(s.rtt_s, (0.02 + 0.5 * 0.04) / 1.5)
+    assert s.bandwidth_bps == 8e6 and s.capacity_bps == 1e7 and s.n_probes == 4
+
+
+def test_data_phase_and_capacity_math():
+    assert math.isclose(data_phase_bps(1_000_000, 100_000, 1.0, 2.0), 900_000 * 8)
+    # Replies 1 ms apart with 1250-byte packets: 10 Mbit/s; a burst at the start
+    # (tbf) does not move the median.
+    arrivals = [0, 1e-5, 2e-5] + [2e-5 + i * 1e-3 for i in range(1, 10)]
+    assert math.isclose(capacity_from_arrivals(arrivals, 1250), 1e7, rel_tol=1e-6)
+    assert capacity_from_arrivals([1.0], 1500) is None
+
+
+# --- RTT on loopback ----------------------------------------------------------------
+
+
+@pytest.fixture
+def listener():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    try:
+        yield s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def test_tcp_connect_rtt_unprivileged(listener):
+    results = measure_rtt("127.0.0.1", listener, count=3, allow_raw=False)
+    tcp = results[0]
+    assert tcp.method == "tcp-connect" and tcp.ok and tcp.loss == 0
+    assert 0 < tcp.rtt_min_s <= tcp.rtt_median_s < 1.0
+
+
+def test_closed_port_is_refused_not_ok():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    tcp = measure_rtt("127.0.0.1", port, count=2, timeout_s=2, allow_raw=False)[0]
+    assert not tcp.ok and tcp.refused == 2 and tcp.loss == 0
+
+
+@pytest.mark.skipif(not raw_sockets_allowed(), reason="raw sockets need root/CAP_NET_RAW")
+def test_scapy_syn_and_icmp_rtt(listener):
+    results = {r.method: r for r in measure_rtt("127.0.0.1", listener, count=3, timeout_s=3)}
+    assert set(results) == {"tcp-syn", "icmp"}
+    assert results["tcp-syn"].ok and results["icmp"].ok
+    assert results["tcp-syn"].rtt_median_s < 1.0
+
+
+# --- ranged reads over real servers ---------------------------------------------------
+
+
+def test_ftp_and_http_ranged_reads(tmp_path):
+    root = tree_root(tmp_path, "m")
+    make_tree(root, {"pub/big.bin": 2 * 1024 * 1024})
+    with ftp_server(root) as ftp, http_server(root) as http:
+        for read, base in ((ftp_ranged_read, ftp.url), (http_ranged_read, http.url)):
+            r = read(base + "pub/big.bin", 300_000, timeout_s=20)
+            assert r.nbytes == 300_000 and r.bps > 0 and r.seconds >= r.first_byte_s
+            r2 = read(base + "pub/big.bin", 100_000, offset=2 * 1024 * 1024 - 50_000, timeout_s=20)
+            assert r2.nbytes == 50_000  # past the end: what is left
+        with pytest.raises(ProbeError):
+            http_ranged_read(http.url + "pub/missing.bin", 1000, timeout_s=10)
+        with pytest.raises(ProbeError):
+            ftp_ranged_read(ftp.url + "pub/missing.bin", 1000, timeout_s=10)
+
+
+# --- probe rounds: rows, state down within one interval, back up ----------------------
+
+
+def test_probe_marks_down_then_up(db_url, tmp_path):
+    factory = migrated_factory(db_url)
+    root = tree_root(tmp_path, "m")
+    make_tree(root, {"pub/a.bin": 1024 * 1024})
+    st = settings(down_after_failures=3)
+    with ftp_server(root) as ftp:
+        port = ftp.port
+        mid = add_mirror(factory, "m1", ftp.url, {"a.bin": ("pub/a.bin", 1024 * 1024)})
+        out = probe_mirror(factory, mid, st, allow_raw=False, retry_pause_s=0.05)
+        assert out.ok and out.state == "up" and out.attempts == 1
+    with session_scope(factory) as s:
+        methods = {p.method for p in s.scalars(select(PathProbe).where(PathProbe.ok))}
+        assert {"tcp-connect", "ftp-range"} <= methods
+        tp = s.scalar(select(PathProbe).where(PathProbe.method == "ftp-range"))
+        assert tp.throughput_bps > 0
+
+    # Server stopped: one round = a quick burst of 3 attempts, then down.
+    out = probe_mirror(factory, mid, st, allow_raw=False, retry_pause_s=0.05)
+    assert not out.ok and out.state == "down" and out.attempts == 3
+    with session_scope(factory) as s:
+        m = s.get(Mirror, mid)
+        assert m.state == "down" and m.consecutive_failures == 3
+        failed = s.scalars(
+            select(PathProbe).where(PathProbe.ok.is_(False), PathProbe.method == "ftp-range")
+        ).all()
+        assert len(failed) == 3 and all(p.error for p in failed)
+    # Still down: the next round tries once and stays down.
+    out = probe_mirror(factory, mid, st, allow_raw=False, retry_pause_s=0.05)
+    assert out.state == "down" and out.attempts == 1
+
+    # Restarted on the same port: up again at the first successful probe.
+    with ftp_server(root, port=port):
+        out = probe_mirror(factory, mid, st, allow_raw=False, retry_pause_s=0.05)
+    assert out.ok and out.state == "up"
+    with session_scope(factory) as s:
+        assert s.get(Mirror, mid).consecutive_failures == 0
+
+
+def test_probe_http_mirror_without_replica_uses_tcp(sqlite_url, tmp_path):
+    factory = migrated_factory(sqlite_url)
+    root = tree_root(tmp_path, "h")
+    with http_server(root) as http:
+        mid = add_mirror(factory, "h1", http.url)
+        out = probe_mirror(factory, mid, settings(), allow_raw=False, retry_pause_s=0.05)
+    assert out.ok and out.state == "up"
+    assert [r["method"] for r in out.rows] == ["tcp-connect"]

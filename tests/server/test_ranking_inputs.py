@@ -1,0 +1,284 @@
+"""Ranking snapshot built from a real database (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pftp_coordinator.config import Settings
+from pftp_coordinator.db import create_db_engine, make_session_factory
+from pftp_coordinator.models import (
+    Base,
+    CongestionPenalty,
+    Download,
+    File,
+    Mirror,
+    MirrorReport,
+    MirrorUrl,
+    PathProbe,
+    PredictorFit,
+    Replica,
+    UtilizationSample,
+)
+from pftp_coordinator.planner import plan_assignments
+from pftp_coordinator.ranking_inputs import SnapshotCache, build_snapshot
+from pftp_wire.models import AssignmentRequest
+from sqlalchemy.orm import Session, sessionmaker
+
+NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+T = NOW.timestamp()
+HL = 1800.0
+SHA = "ef" * 32
+
+
+@pytest.fixture
+def factory(db_url: str) -> Iterator[sessionmaker[Session]]:
+    engine = create_db_engine(db_url)
+    Base.metadata.create_all(engine)
+    try:
+        yield make_session_factory(engine)
+    finally:
+        engine.dispose()
+
+
+def ago(seconds: float) -> datetime:
+    return NOW - timedelta(seconds=seconds)
+
+
+def populate(s: Session) -> dict[str, int]:
+    ms = {}
+    for i, name in enumerate(["alpha", "beta", "gamma", "delta"], start=1):
+        m = Mirror(name=name, state="up" if i != 4 else "down")
+        m.urls = [MirrorUrl(protocol="ftp", base_url=f"ftp://10.1.0.{i}/pub/")]
+        s.add(m)
+        ms[name] = m
+    f1 = File(name="a.iso", size=1000, sha256=SHA)
+    f2 = File(
+        name="b.iso", size=5000, sha256=SHA, piece_size=4096, piece_sha256=["aa" * 32, "bb" * 32]
+    )
+    f3 = File(name="c.iso", size=10, sha256=SHA, piece_sha256=None)
+    s.add_all([f1, f2, f3])
+    s.flush()
+    s.add_all(
+        [
+            Replica(mirror_id=ms["alpha"].id, file_id=f1.id, path="x/a.iso", size_seen=1000),
+            Replica(
+                mirror_id=ms["beta"].id, file_id=f1.id, path="x/a.iso", size_seen=None
+            ),  # admin-registered
+            Replica(
+                mirror_id=ms["gamma"].id, file_id=f1.id, path="x/a.iso", size_seen=999
+            ),  # wrong size
+            Replica(
+                mirror_id=ms["delta"].id,
+                file_id=f1.id,
+                path="x/a.iso",
+                size_seen=1000,
+                present=False,
+            ),
+            Replica(mirror_id=ms["alpha"].id, file_id=f2.id, path="y/b.iso", size_seen=5000),
+            # different paths per mirror for one file
+            Replica(mirror_id=ms["gamma"].id, file_id=f3.id, path="p3/c.iso", size_seen=10),
+            Replica(mirror_id=ms["alpha"].id, file_id=f3.id, path="p1/c.iso", size_seen=10),
+            Replica(mirror_id=ms["beta"].id, file_id=f3.id, path="p1/c.iso", size_seen=10),
+        ]
+    )
+    a, b = ms["alpha"].id, ms["beta"].id
+    s.add_all(
+        [
+            # alpha: two good probes, a failed one, a stale one (ignored)
+            PathProbe(
+                mirror_id=a,
+                ts=ago(0),
+                method="tcp-connect",
+                rtt_s=0.010,
+                loss=0.0,
+                throughput_bps=8e6,
+            ),
+            PathProbe(
+                mirror_id=a,
+                ts=ago(HL),
+                method="tcp-connect",
+                rtt_s=0.040,
+                loss=0.1,
+                throughput_bps=2e6,
+            ),
+            PathProbe(mirror_id=a, ts=ago(10), method="tcp-connect", ok=False, error="timeout"),
+            PathProbe(mirror_id=a, ts=ago(7 * 3600), method="tcp-connect", rtt_s=9.0),
+            # beta: one aggregated row standing for 3 samples, capacity only
+            PathProbe(
+                mirror_id=b,
+                ts=ago(60),
+                method="packet-pair",
+                capacity_bps=50e6,
+                rtt_s=0.02,
+                samples=3,
+            ),
+            UtilizationSample(mirror_id=a, ts=ago(120), cpu_percent=90.0, memory_percent=50.0),
+            UtilizationSample(mirror_id=a, ts=ago(30), cpu_percent=20.0, memory_percent=40.0),
+            PredictorFit(fitted_at=ago(3600), a=1.0, b=1.0, r2=0.5, n_samples=10),
+            PredictorFit(fitted_at=ago(60), a=247.44, b=344.0, r2=0.9, n_samples=50),
+            CongestionPenalty(
+                mirror_a_id=a,
+                mirror_b_id=b,
+                detected_at=ago(60),
+                expires_at=NOW + timedelta(hours=1),
+            ),
+            CongestionPenalty(
+                mirror_a_id=a,
+                mirror_b_id=ms["gamma"].id,
+                detected_at=ago(7200),
+                expires_at=ago(3600),
+            ),
+        ]
+    )
+    d = Download(file_name="a.iso", size=1000, seconds=1.0, sha256_ok=True, reported_at=ago(0))
+    d.mirror_reports = [
+        MirrorReport(
+            mirror_id=b,
+            mirror_name="beta",
+            bytes=500,
+            seconds=1,
+            throughput_bps=30e6,
+            reported_at=ago(0),
+        ),
+        MirrorReport(
+            mirror_id=b,
+            mirror_name="beta",
+            bytes=500,
+            seconds=1,
+            throughput_bps=10e6,
+            reported_at=ago(HL),
+        ),
+        MirrorReport(
+            mirror_id=b,
+            mirror_name="beta",
+            bytes=500,
+            seconds=1,
+            throughput_bps=1.0,
+            bad_data=True,
+            reported_at=ago(0),
+        ),
+    ]
+    s.add(d)
+    s.commit()
+    return {n: m.id for n, m in ms.items()}
+
+
+def test_snapshot_from_database(factory):
+    with factory() as s:
+        ids = populate(s)
+    with factory() as s:
+        snap = build_snapshot(s, now=T, half_life_s=HL, stale_after_s=6 * 3600)
+    a, b, g = ids["alpha"], ids["beta"], ids["gamma"]
+
+    # Replica map: present + right size, or never scanned; sorted by mirror id.
+    assert sorted(m for m, _ in snap.replicas_of("a.iso")) == sorted([a, b])
+    assert snap.replicas_of("b.iso") == [(a, "y/b.iso")]
+    assert snap.replicas_of("c.iso") == [(a, "p1/c.iso"), (b, "p1/c.iso"), (g, "p3/c.iso")]
+    assert snap.replicas_of("nope") == []
+    assert snap.files_by_name["a.iso"].size == 1000
+
+    # Demand: alpha holds a.iso (2 holders), b.iso (1) and c.iso (3) -> 1/2 + 1 + 1/3
+    assert snap.mirrors[a].metrics.demand == pytest.approx(1.5 + 1 / 3)
+    assert snap.mirrors[b].metrics.demand == pytest.approx(0.5 + 1 / 3)
+    assert snap.mirrors[g].metrics.demand == pytest.approx(1 / 3)
+    assert snap.mirrors[ids["delta"]].metrics.demand is None
+
+    # Decayed means: weights 1 (fresh) and 1/2 (one half-life old).
+    ma = snap.mirrors[a].metrics
+    assert ma.rtt_s == pytest.approx((0.010 + 0.5 * 0.040) / 1.5)
+    assert ma.loss == pytest.approx(0.05 / 1.5)
+    assert ma.probe_throughput_bps == pytest.approx((8e6 + 1e6) / 1.5)
+    assert ma.capacity_bps is None
+    assert ma.probe_ts == pytest.approx(T)
+    # latest utilization sample
+    assert (ma.cpu_percent, ma.memory_percent) == (20.0, 40.0)
+    assert ma.utilization_ts == pytest.approx(T - 30)
+
+    mb = snap.mirrors[b].metrics
+    assert mb.capacity_bps == pytest.approx(50e6) and mb.rtt_s == pytest.approx(0.02)
+    # client history: bad-data report excluded; (30 + 0.5 * 10) / 1.5
+    assert mb.throughput_bps == pytest.approx(35e6 / 1.5)
+    assert mb.cpu_percent is None  # no agent
+
+    assert snap.mirrors[ids["delta"]].state == "down"
+    assert snap.mirrors[a].urls == {"ftp": "ftp://10.1.0.1/pub/"}
+    assert snap.predictor is not None and snap.predictor.a == pytest.approx(247.44)
+    assert snap.congested_pairs == frozenset({frozenset((a, b))})
+
+
+def test_snapshot_cache_feeds_the_planner_and_sees_changes(factory):
+    with factory() as s:
+        ids = populate(s)
+    now = [T]
+    settings = Settings(snapshot_refresh_s=5.0, min_portion_bytes=1)
+    cache = SnapshotCache(factory, settings, clock=lambda: now[0])
+    snap = cache.get()
+    assert cache.get() is snap  # fresh: no reload
+    req = AssignmentRequest(file="b.iso", protocols=["ftp"])
+    resp = plan_assignments(
+        snap, req, settings=settings, request_rate_rps=0, rng=random.Random(1), now=T
+    )
+    assert [a.mirror for a in resp.assignments] == ["alpha"]
+    assert resp.file.piece_sha256 == ["aa" * 32, "bb" * 32]
+    assert resp.assignments[0].url == "ftp://10.1.0.1/pub/y/b.iso"
+
+    # A new replica is picked up by the next refresh (the newest id changed).
+    with factory() as s:
+        s.add(
+            Replica(
+                mirror_id=ids["beta"],
+                file_id=s.query(File.id).filter_by(name="b.iso").scalar(),
+                path="b.iso",
+            )
+        )
+        s.commit()
+    snap2 = cache.refresh()
+    assert sorted(m for m, _ in snap2.replicas_of("b.iso")) == sorted([ids["alpha"], ids["beta"]])
+
+    # An in-place change (disable a replica) after invalidate_replicas().
+    with factory() as s:
+        s.query(Replica).filter_by(mirror_id=ids["beta"], path="b.iso").update({"present": False})
+        s.commit()
+    cache.invalidate_replicas()
+    assert [m for m, _ in cache.refresh().replicas_of("b.iso")] == [ids["alpha"]]
+
+
+def test_stale_snapshot_is_served_while_refreshing_in_background(factory):
+    with factory() as s:
+        populate(s)
+    now = [T]
+    settings = Settings(snapshot_refresh_s=2.0)
+    cache = SnapshotCache(factory, settings, clock=lambda: now[0])
+    first = cache.get()
+    now[0] += 10  # older than snapshot_refresh_s
+    # Even while another (slow) refresh holds the refresh lock, get() answers at once.
+    with cache._lock:
+        assert cache.get() is first
+    assert cache.get() is first or cache.get().taken_at == T + 10
+    deadline = time.monotonic() + 60
+    while cache.get() is first and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = cache.get()
+    assert second is not first and second.taken_at == T + 10
+    assert cache.last_error is None
+    assert threading.active_count() < 50
+
+
+def test_periodic_refresh_thread_starts_and_stops(factory):
+    with factory() as s:
+        populate(s)
+    cache = SnapshotCache(factory, Settings(snapshot_refresh_s=0.05))
+    first = cache.get()
+    cache.start()
+    try:
+        deadline = time.monotonic() + 60
+        while cache.get() is first and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cache.get() is not first
+    finally:
+        cache.close()

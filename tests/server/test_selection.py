@@ -1,0 +1,129 @@
+"""Selection: access-bandwidth bound, backups, congestion pairs, balanced mode."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from pftp_coordinator.ranking import MirrorRank
+from pftp_coordinator.selection import DEFAULT_UNKNOWN_RATE_BPS, assumed_rates, select_mirrors
+
+
+def ranked(*rates: float | None) -> list[MirrorRank]:
+    """Mirrors 1..n, best first, suitability decreasing."""
+    n = len(rates)
+    weights = [n - i for i in range(n)]
+    total = sum(weights)
+    return [MirrorRank(i + 1, weights[i] / total, {}, rates[i]) for i in range(n)]
+
+
+def keys(rs):
+    return [r.key for r in rs]
+
+
+def test_takes_mirrors_until_access_bandwidth_is_covered():
+    rs = ranked(10e6, 10e6, 10e6, 10e6, 10e6)
+    sel = select_mirrors(rs, access_bandwidth_bps=25e6, max_mirrors=8, backup_count=2)
+    assert keys(sel.selected) == [1, 2, 3]  # 30 >= 25 after three
+    assert keys(sel.backups) == [4, 5]
+    assert sel.mode == "ranked"
+
+
+def test_slow_client_gets_one_mirror():
+    rs = ranked(10e6, 10e6, 10e6)
+    sel = select_mirrors(rs, access_bandwidth_bps=56_000, max_mirrors=8, backup_count=3)
+    assert keys(sel.selected) == [1]
+    assert keys(sel.backups) == [2, 3]
+
+
+def test_unknown_access_bandwidth_takes_up_to_max_mirrors():
+    rs = ranked(*([1e6] * 10))
+    sel = select_mirrors(rs, access_bandwidth_bps=None, max_mirrors=4, backup_count=3)
+    assert keys(sel.selected) == [1, 2, 3, 4]
+    assert keys(sel.backups) == [5, 6, 7]
+
+
+def test_max_mirrors_bounds_a_fast_client():
+    rs = ranked(*([1e6] * 10))
+    sel = select_mirrors(rs, access_bandwidth_bps=1e9, max_mirrors=3, backup_count=0)
+    assert keys(sel.selected) == [1, 2, 3]
+    assert sel.backups == []
+
+
+def test_unknown_rates_use_median_of_known_then_default():
+    rs = ranked(4e6, None, 8e6, None)
+    assert assumed_rates(rs) == {1: 4e6, 2: 6e6, 3: 8e6, 4: 6e6}
+    assert set(assumed_rates(ranked(None, None)).values()) == {DEFAULT_UNKNOWN_RATE_BPS}
+    # 4 + 6 + 8 = 18 >= 15 after three mirrors
+    sel = select_mirrors(rs, access_bandwidth_bps=15e6, max_mirrors=8, backup_count=1)
+    assert keys(sel.selected) == [1, 2, 3]
+
+
+def test_one_mirror_and_no_mirror():
+    sel = select_mirrors(ranked(1e6), access_bandwidth_bps=1e9, max_mirrors=8, backup_count=3)
+    assert keys(sel.selected) == [1] and sel.backups == []
+    sel = select_mirrors([], access_bandwidth_bps=None, max_mirrors=8, backup_count=3)
+    assert sel.selected == [] and sel.backups == []
+
+
+def test_congested_pair_is_not_selected_together():
+    rs = ranked(10e6, 10e6, 10e6, 10e6)
+    sel = select_mirrors(
+        rs,
+        access_bandwidth_bps=30e6,
+        max_mirrors=8,
+        backup_count=3,
+        congested_pairs={frozenset((1, 2))},
+    )
+    assert keys(sel.selected) == [1, 3, 4]
+    assert keys(sel.backups) == [2]  # penalised one is a backup, last
+
+
+def test_bad_bounds_are_rejected():
+    with pytest.raises(ValueError, match="max_mirrors"):
+        select_mirrors(ranked(1.0), access_bandwidth_bps=None, max_mirrors=0, backup_count=0)
+    with pytest.raises(ValueError, match="access_bandwidth"):
+        select_mirrors(ranked(1.0), access_bandwidth_bps=0, max_mirrors=1, backup_count=0)
+
+
+def test_balanced_mode_spreads_load_over_all_mirrors_weighted_by_suitability():
+    rs = ranked(10e6, 10e6, 10e6, 10e6, 10e6)  # suitabilities 5/15 .. 1/15
+    rng = random.Random(42)
+    first = Counter()
+    used = Counter()
+    for _ in range(3000):
+        sel = select_mirrors(
+            rs, access_bandwidth_bps=10e6, max_mirrors=8, backup_count=2, balanced=True, rng=rng
+        )
+        assert sel.mode == "balanced"
+        assert len(sel.selected) == 1  # the access bound still holds
+        assert sel.selected[0].key not in keys(sel.backups)
+        first[sel.selected[0].key] += 1
+        used.update(keys(sel.selected))
+    assert set(first) == {1, 2, 3, 4, 5}  # every suitable mirror gets requests
+    assert first[1] > first[3] > first[5]  # ... more for the more suitable
+    # In ranked mode mirror 1 would take all 3000.
+    assert first[1] < 2000
+
+
+def test_balanced_mode_is_reproducible_with_the_same_rng():
+    rs = ranked(*([5e6] * 8))
+    a = select_mirrors(
+        rs,
+        access_bandwidth_bps=12e6,
+        max_mirrors=8,
+        backup_count=2,
+        balanced=True,
+        rng=random.Random(7),
+    )
+    b = select_mirrors(
+        rs,
+        access_bandwidth_bps=12e6,
+        max_mirrors=8,
+        backup_count=2,
+        balanced=True,
+        rng=random.Random(7),
+    )
+    assert keys(a.selected) == keys(b.selected) and keys(a.backups) == keys(b.backups)
+    assert len(a.selected) == 3
