@@ -13,8 +13,10 @@ values. Every run records, for the same downloads, the packet-level
 judged on identical traffic for every source.
 
 Online evaluation, as the monitor works: every CHECK_MS the detector sees the
-newest WINDOW packets (receive events) of each flow up to that moment; the
-first decided verdict of a pair is its decision. Writes
+newest WINDOW packets (receive events) of each flow up to that moment (app
+sources without coalesced receives), a shared verdict counts once it was given
+CONFIRMATIONS checks in a row; the first decided verdict of a pair is its
+decision. Writes
 bench/results/congestion.json, congestion.md and congestion.png.
 """
 
@@ -33,14 +35,16 @@ from pathlib import Path
 
 import numpy as np
 from pftp_client.congestion import DETECTORS
+from pftp_client.congestion.detectors import pair_test_for
 from pftp_client.congestion.record import load
-from pftp_client.congestion.timestamps import TYPICAL_MSS
+from pftp_client.congestion.timestamps import TYPICAL_MSS, clean_app_timestamps
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TRACES = RESULTS / "congestion_traces"
 SOURCES = ["packet-afpacket", "app-kernel", "app-recv"]
-CHECK_MS = 50
-WINDOW = 400
+CHECK_MS = 100  # = SharedCongestionMonitor's default interval
+WINDOW = 400  # = its default window_packets
+CONFIRMATIONS = 2  # = its default confirmations (shared verdicts in a row)
 RUN_SECONDS = 2.5
 M = 1_000_000
 
@@ -116,10 +120,13 @@ def _cum_packets(times: np.ndarray, nbytes: np.ndarray, at: int) -> float:
 
 def evaluate_run(trace: dict, mirror_link: Sequence[int], detector: str,
                  source: str) -> list[PairOutcome]:
-    test = DETECTORS[detector]
+    test = pair_test_for(detector, source)
     flows = trace["flows"]
     times = [f[source] for f in flows]
     sizes = [f["packet_bytes"] if source.startswith("packet") else f["app_bytes"] for f in flows]
+    # what the monitor feeds the test: app sources without the late (coalesced) receives
+    fed = times if source.startswith("packet") else [
+        clean_app_timestamps(t, n) for t, n in zip(times, sizes, strict=True)]
     if any(t.size < 2 for t in times):
         return []
     t0 = min(int(t[0]) for t in times)
@@ -130,10 +137,14 @@ def evaluate_run(trace: dict, mirror_link: Sequence[int], detector: str,
         truth = mirror_link[a] == mirror_link[b]
         first = None
         ever = False
+        streak = 0
         for at in checks:
-            wa = times[a][: np.searchsorted(times[a], at, side="right")][-WINDOW:]
-            wb = times[b][: np.searchsorted(times[b], at, side="right")][-WINDOW:]
+            wa = fed[a][: np.searchsorted(fed[a], at, side="right")][-WINDOW:]
+            wb = fed[b][: np.searchsorted(fed[b], at, side="right")][-WINDOW:]
             v = test(wa, wb)
+            streak = streak + 1 if v.shared else 0
+            if v.shared and streak < CONFIRMATIONS:
+                continue
             if v.decided and first is None:
                 pk = min(_cum_packets(times[a], sizes[a], at), _cum_packets(times[b], sizes[b], at))
                 first = (v.shared, pk, (at - t0) / 1e9)

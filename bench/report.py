@@ -60,7 +60,7 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(
                 f"| {name} | {_fmt(t['median_s'])} | {_fmt(t['ratio_to_bound'])} | {spread} | "
                 f"{t['ok_runs']}/{len(t['runs_s'])} | {'✓' if t['sha256_ok'] else '✗'} | "
-                f"{note.replace('|', '/')} |"
+                f"{note.replace('|', '/').replace(chr(10), ' ')} |"
             )
         lines.append("")
     return "\n".join(lines)

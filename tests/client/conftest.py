@@ -272,6 +272,7 @@ def start_pyftpd(tmp_path: Path) -> Iterator[Callable[..., MirrorServer]]:
     """``start_pyftpd(handler=FTPHandler subclass, root=..., host=..., users={name: pw})``."""
     from pyftpdlib.authorizers import DummyAuthorizer
     from pyftpdlib.handlers import FTPHandler
+    from pyftpdlib.ioloop import IOLoop
     from pyftpdlib.servers import FTPServer
 
     running: list[_PyftpdThread] = []
@@ -291,7 +292,9 @@ def start_pyftpd(tmp_path: Path) -> Iterator[Callable[..., MirrorServer]]:
             auth.add_user(name, password, str(root), perm="elr")
         base = handler or FTPHandler
         cls = type("TestHandler", (base,), {"authorizer": auth, "banner": "pftp test"})
-        server = FTPServer((host, 0), cls)
+        # One IOLoop per server: pyftpdlib's default loop is a process-wide singleton,
+        # and two threads polling it race (corrupted replies seen with 2+ servers).
+        server = FTPServer((host, 0), cls, ioloop=IOLoop())
         port = server.socket.getsockname()[1]
         thread = _PyftpdThread(server)
         running.append(thread)

@@ -86,6 +86,8 @@ def test_monitor_drops_all_but_the_best_ranked_flow_of_each_set():
         mon.add_flow(f, rank)
     assert mon.check() == []  # no data yet: no decision
     _feed(mon, flows)
+    assert mon.check() == []  # shared verdicts need confirmations=2 checks in a row
+    assert dropped == []
     events = mon.check()
     assert sorted(dropped) == [["b"], ["c"]]
     assert {e.kept for e in events} == {"a", "d"}
@@ -137,6 +139,7 @@ def test_detector_factory_plugs_into_the_engine_hook():
     for t, f in sorted((int(t), f) for f, ts in {"f1": a, "f2": b, "f3": c}.items() for t in ts):
         obs.on_receive(f, t, 1448)
     obs.monitor.check()
+    obs.monitor.check()
     assert engine.dropped == ["f2"]  # f1 started first, so it ranks higher and stays
     assert events and events[0].kept == "f1"
     assert events[0].mirrors == ["m1", "m2"]
@@ -144,3 +147,28 @@ def test_detector_factory_plugs_into_the_engine_hook():
         engine.alive.discard(f)
         obs.flow_ended(f)
     assert obs.monitor._thread is None  # stopped once no flow is left
+
+
+def test_app_recv_needs_stronger_evidence_for_shared():
+    from pftp_client.congestion.detectors import pair_test_for
+
+    packet = pair_test_for("entropy", TimestampSource.PACKET_AF_PACKET)
+    app = pair_test_for("entropy", "app-recv")
+    rng = np.random.default_rng(21)
+    a, b = shared_link(rng, 2, 1.5 * MS, 900, jitter=0.4)  # smeared lattice: weak signal
+    vp, va = packet(a, b), app(a, b)
+    assert vp.statistic == pytest.approx(va.statistic)
+    assert -0.9 < vp.statistic < -0.25
+    assert vp.shared and not va.shared
+    with pytest.raises(ValueError, match="unknown detector"):
+        pair_test_for("tea-leaves", "app-recv")
+
+
+def test_late_receives_are_removed_from_app_timestamps():
+    from pftp_client.congestion.timestamps import clean_app_timestamps
+
+    t = np.array([10, 20, 30, 40])
+    n = np.array([1448, 1448 * 6, 1448, 2000])
+    assert clean_app_timestamps(t, n).tolist() == [10, 30, 40]
+    with pytest.raises(ValueError, match="same length"):
+        clean_app_timestamps(t, n[:2])

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pftp_client.congestion import TimestampSource, entropy_pair_test, group_flows
+from pftp_client.congestion import TimestampSource, group_flows
 from pftp_client.congestion.capture import PacketCapture, parse_tcp_segment, source_port_filter
+from pftp_client.congestion.detectors import pair_test_for
 from pftp_client.congestion.record import load
+from pftp_client.congestion.timestamps import clean_app_timestamps
 
 pytestmark = pytest.mark.lab
 
@@ -84,8 +86,12 @@ def test_detector_groups_two_shared_and_one_independent(tmp_path):
             trace = load(str(out))
             verdicts = {}
             for source in ("packet-afpacket", "app-recv"):
-                flows = {i: f[source][:400] for i, f in enumerate(trace["flows"])}
-                g = group_flows(flows, entropy_pair_test)
+                flows = {
+                    i: (f[source] if source.startswith("packet")
+                        else clean_app_timestamps(f[source], f["app_bytes"]))[:400]
+                    for i, f in enumerate(trace["flows"])
+                }
+                g = group_flows(flows, pair_test_for("entropy", source))
                 verdicts[source] = _expected(g.shared_sets)
             attempts.append(verdicts)
             if all(v == [[0, 1]] for v in verdicts.values()):

@@ -76,6 +76,16 @@ AGENT_REPORTS = Counter(
     "Utilization reports received from mirror agents, by mirror.",
     ["mirror"],
 )
+AGENT_SAMPLES = Counter(
+    "pftp_agent_samples_total",
+    "Utilization samples accepted from mirror agents, by mirror.",
+    ["mirror"],
+)
+AGENT_REFUSALS = Counter(
+    "pftp_agent_refusals_total",
+    "Agent sample posts refused for their token, by reason (missing or wrong).",
+    ["reason"],
+)
 AGENTS_REPORTING = Gauge(
     "pftp_agents_reporting",
     "Agents that reported within the last 5 minutes (from the database, at each scrape).",
@@ -130,8 +140,14 @@ def record_job_run(job: str, ok: bool, seconds: float | None = None) -> None:
         JOB_DURATION.labels(job).observe(seconds)
 
 
-def record_agent_report(mirror: str) -> None:
+def record_agent_report(mirror: str, samples: int | None = None) -> None:
     AGENT_REPORTS.labels(mirror).inc()
+    if samples is not None:
+        AGENT_SAMPLES.labels(mirror).inc(samples)
+
+
+def record_agent_refused(reason: str) -> None:
+    AGENT_REFUSALS.labels(reason).inc()
 
 
 def set_agents_reporting(count: int) -> None:

@@ -34,6 +34,7 @@ on demand through a small LRU cache.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import threading
@@ -610,6 +611,10 @@ class SnapshotCache:
                 rm = ReplicaMap(rm.files_by_name, rm.replicas, rm.demand, sig, now)
                 self.last_replica_reload_s = time.perf_counter() - t1
                 self.pieces.clear()
+                # Hundreds of thousands of long-lived containers: keep the cyclic GC
+                # from walking them on every full collection (latency spikes). They
+                # hold no cycles, so an old map is still freed by reference counting.
+                gc.freeze()
                 log.info(
                     "replica map loaded: %d files, %d with replicas, in %.2f s",
                     len(rm.files_by_name),

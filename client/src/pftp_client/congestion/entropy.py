@@ -11,7 +11,8 @@ exhibits less entropy than that of independent flows then those flows share
 common congested link."
 
 Statistic (bits):  D = H(merged) - mean_i H(flow_i)
-  D < -threshold  -> shared;  D > +threshold -> independent;  else undecided.
+  D < -shared_threshold -> shared;  D > +threshold -> independent;  else undecided.
+(the shared threshold is stricter for app-recv timestamps, see detectors.py)
 All entropies use the same bins: width = mean inter-arrival time of the merged
 flows / ``BINS_PER_MEAN_GAP`` (so the test does not depend on the link rate),
 ``N_BINS`` bins plus one overflow bin, with the Miller-Madow bias correction.
@@ -41,7 +42,8 @@ N_BINS = 32
 @dataclass(frozen=True)
 class EntropyParams:
     min_packets: int = 60  # per flow, in the common window
-    threshold_bits: float = 0.25  # |D| needed for a verdict
+    threshold_bits: float = 0.25  # D > +threshold -> independent
+    shared_threshold_bits: float | None = None  # D < -this -> shared (None: threshold_bits)
     min_confidence: float = 0.8
     blocks: int = 4
 
@@ -109,7 +111,9 @@ def entropy_set_test(
     else:
         conf = 1.0 if block_d and abs(d) > 0 else 0.0
     span = end - start
-    if abs(d) < params.threshold_bits or conf < params.min_confidence:
+    shared_at = params.threshold_bits if params.shared_threshold_bits is None \
+        else params.shared_threshold_bits
+    if -shared_at < d < params.threshold_bits or conf < params.min_confidence:
         return PairVerdict(NAME, Sharing.UNDECIDED, conf, packets, d, span, "weak evidence")
     sharing = Sharing.SHARED if d < 0 else Sharing.INDEPENDENT
     return PairVerdict(NAME, sharing, conf, packets, d, span)

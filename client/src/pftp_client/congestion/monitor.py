@@ -28,10 +28,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pftp_client.congestion.capture import FlowKey, PacketCapture
-from pftp_client.congestion.detectors import DEFAULT_DETECTOR, DETECTORS
+from pftp_client.congestion.detectors import DEFAULT_DETECTOR, DETECTORS, pair_test_for
 from pftp_client.congestion.grouping import Grouping, group_flows
-from pftp_client.congestion.timestamps import ArrivalBuffer, TimestampSource
-from pftp_client.congestion.verdict import PairVerdict
+from pftp_client.congestion.timestamps import (
+    ArrivalBuffer,
+    TimestampSource,
+    clean_app_timestamps,
+)
+from pftp_client.congestion.verdict import PairVerdict, Sharing
 from pftp_client.flow_observer import DetectorFactory, FlowControl, FlowObserver, FlowTimings
 
 FlowId = Hashable
@@ -68,16 +72,19 @@ class SharedCongestionMonitor:
         drop_flows: Callable[[list[FlowId], CongestionEvent], None],
         *,
         detector: str = DEFAULT_DETECTOR,
-        interval_s: float = 0.25,
+        interval_s: float = 0.1,
         window_packets: int = 400,
+        confirmations: int = 2,
         capture: PacketCapture | None = None,
         app_source: TimestampSource = TimestampSource.APP_RECV,
         clock_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         if detector not in DETECTORS:
             raise ValueError(f"unknown detector {detector!r}; choose from {sorted(DETECTORS)}")
-        if interval_s <= 0 or window_packets < 20:
-            raise ValueError("interval_s must be > 0 and window_packets >= 20")
+        if interval_s <= 0 or window_packets < 20 or confirmations < 1:
+            raise ValueError("need interval_s > 0, window_packets >= 20, confirmations >= 1")
+        self.confirmations = confirmations
+        self._streak: dict[frozenset, int] = {}
         self.drop_flows = drop_flows
         self.detector = detector
         self.interval_s = interval_s
@@ -136,7 +143,8 @@ class SharedCongestionMonitor:
                 w = self.window_packets
                 return {f: a[-w:] for f, a in packet.items()}, ranks, self.capture.source
         w = self.window_packets
-        app = {f: self._app.timestamps(f)[-w:] for f in flows}
+        app = {f: clean_app_timestamps(self._app.timestamps(f), self._app.sizes(f))[-w:]
+               for f in flows}
         return app, ranks, self.app_source
 
     def check(self) -> list[CongestionEvent]:
@@ -145,7 +153,21 @@ class SharedCongestionMonitor:
         self.last_source = source
         if len(flows) < 2:
             return []
-        grouping = group_flows(flows, DETECTORS[self.detector], ranks)
+        base = pair_test_for(self.detector, source)
+        streak = self._streak
+
+        def confirmed(a: np.ndarray, b: np.ndarray, ids: frozenset) -> PairVerdict:
+            # a pair counts as shared only after ``confirmations`` checks in a row
+            v = base(a, b)
+            streak[ids] = streak.get(ids, 0) + 1 if v.shared else 0
+            if v.shared and streak[ids] < self.confirmations:
+                return PairVerdict(v.detector, Sharing.UNDECIDED, v.confidence, v.packets,
+                                   v.statistic, v.span_ns, "awaiting confirmation")
+            return v
+
+        keyed = {f: (f, a) for f, a in flows.items()}
+        grouping = group_flows(
+            keyed, lambda x, y: confirmed(x[1], y[1], frozenset((x[0], y[0]))), ranks)
         self.last_grouping = grouping
         events = []
         for shared in grouping.shared_sets:

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pftp_wire.models import API_PREFIX, SamplesAck, UtilizationBatch
 
+from pftp_coordinator import metrics
 from pftp_coordinator.agent_tokens import authenticate
 from pftp_coordinator.api.deps import AdminDep, SessionDep, SettingsDep
 from pftp_coordinator.models import Mirror, UtilizationSample, utcnow
@@ -44,11 +45,13 @@ def post_samples(
     )
     agent = authenticate(session, token)
     if agent is None:
+        reason = "wrong" if token else "missing"
         log.warning(
             "agent samples refused from %s: %s token",
             request.client.host if request.client else "?",
-            "wrong" if token else "missing",
+            reason,
         )
+        metrics.record_agent_refused(reason)
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             "invalid or missing agent token",
@@ -64,6 +67,8 @@ def post_samples(
         )
     agent.last_seen_at = now
     mirror = session.get(Mirror, agent.mirror_id)
+    if mirror is not None:
+        metrics.record_agent_report(mirror.name, len(batch.samples))
     return SamplesAck(accepted=len(batch.samples), mirror=mirror.name if mirror else None)
 
 

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from pftp_coordinator import metrics
 from pftp_coordinator.config import Settings
 from pftp_coordinator.db import session_scope
 from pftp_coordinator.models import File, Mirror, PathProbe, Replica, utcnow
@@ -239,6 +240,10 @@ def probe_mirror(
             state = record(
                 s, mirror_id, ok, rows, now=clock(), down_after=settings.down_after_failures
             )
+        for row in rows:
+            metrics.record_probe(row["method"], row["ok"], row.get("rtt_s"))
+        if state in ("up", "down"):  # stays absent while unknown
+            metrics.set_mirror_up(target.name, state == "up")
         outcome.rows.extend(rows)
         outcome.ok, outcome.state = ok, state
         if ok or state in ("down", "gone"):

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from pftp_coordinator import metrics
 from pftp_coordinator.db import session_scope
 from pftp_coordinator.models import JobRun, utcnow
 from pftp_coordinator.scheduler.locks import JobLocks
@@ -70,17 +71,13 @@ def run_job(
         except Exception as exc:  # record any job failure; the scheduler keeps going
             ok, error = False, f"{type(exc).__name__}: {exc}"
             log.exception("job %s failed on %s", job, runner)
+        seconds = time.perf_counter() - t0
+        metrics.record_job_run(job, ok, seconds)
         with session_scope(factory) as s:
             jr = s.scalar(select(JobRun).where(JobRun.job == job))
             if jr is not None:
                 jr.finished_at, jr.ok, jr.error = utcnow(), ok, error
-        log.info(
-            "job %s ran on %s in %.2f s: %s",
-            job,
-            runner,
-            time.perf_counter() - t0,
-            "ok" if ok else error,
-        )
+        log.info("job %s ran on %s in %.2f s: %s", job, runner, seconds, "ok" if ok else error)
         return True
     finally:
         locks.release(job)
