@@ -14,7 +14,7 @@ judged on identical traffic for every source.
 
 Online evaluation, as the monitor works: every CHECK_MS the detector sees the
 newest WINDOW packets (receive events) of each flow up to that moment (app
-sources without coalesced receives), a shared verdict counts once it was given
+receive times without coalesced receives), a shared verdict counts once it was given
 CONFIRMATIONS checks in a row; the first decided verdict of a pair is its
 decision. Writes
 bench/results/congestion.json, congestion.md and congestion.png.
@@ -124,8 +124,8 @@ def evaluate_run(trace: dict, mirror_link: Sequence[int], detector: str,
     flows = trace["flows"]
     times = [f[source] for f in flows]
     sizes = [f["packet_bytes"] if source.startswith("packet") else f["app_bytes"] for f in flows]
-    # what the monitor feeds the test: app sources without the late (coalesced) receives
-    fed = times if source.startswith("packet") else [
+    # what the monitor feeds the test: app-recv without the late (coalesced) receives
+    fed = times if source != "app-recv" else [
         clean_app_timestamps(t, n) for t, n in zip(times, sizes, strict=True)]
     if any(t.size < 2 for t in times):
         return []
@@ -273,7 +273,7 @@ def plot(result: dict, path: Path) -> None:
         ax.set_xticks(np.arange(len(scs)) + width * (len(dets) - 1) / 2)
         ax.set_xticklabels(scs, rotation=35, ha="right", fontsize=8)
         ax.set_title(f"timestamps: {s}")
-        ax.set_ylim(50, 100.5)
+        ax.set_ylim(0, 100.5)
         ax.axhline(97, color="grey", ls=":", lw=1)
         ax.axhline(90, color="grey", ls="--", lw=1)
     axes[0].set_ylabel("pairwise accuracy (%)")

@@ -70,25 +70,33 @@ for argv in json.loads(sys.argv[1]):
             print(f"{type(exc).__name__}: {exc}")
             code = 1
     print(json.dumps({"argv": argv, "code": code if isinstance(code, int) else 1,
-                      "out": buf.getvalue()[-4000:], "s": round(time.monotonic() - t0, 2)}),
+                      "out": buf.getvalue()[-40000:], "s": round(time.monotonic() - t0, 2)}),
           flush=True)
 """
 
 
-def _probe_summary(text: str) -> str:
-    """The probe's JSON reduced to method=ok/error pairs (or its last lines)."""
-    try:
-        data = json.loads(text[text.index("{"):])
-    except ValueError:
-        return text.strip()[-300:]
+def _rows_summary(rows: list[Any]) -> str:
     parts = []
-    lists = [v for v in data.values() if isinstance(v, list)] if isinstance(data, dict) else []
-    for r in (item for lst in lists for item in lst):
+    for r in rows:
         if isinstance(r, dict):
             val = {k: v for k, v in r.items() if k not in ("method", "ok", "error") and v}
             parts.append(f"{r.get('method')}={'ok' if r.get('ok') else 'FAILED'} "
                          f"{val or ''}{(r.get('error') or '')[:120]}".strip())
-    return "; ".join(parts) if parts else text.strip()[-300:]
+    return "; ".join(parts)
+
+
+def _probe_summaries(text: str) -> dict[str, str]:
+    """`probe --all`'s JSON (a list of outcomes) -> mirror -> 'ok|FAILED: method=...' pairs."""
+    try:
+        start = min(i for i in (text.find("["), text.find("{")) if i >= 0)
+        data = json.loads(text[start:])
+    except ValueError:
+        return {"?": text.strip()[-300:]}
+    outcomes = data if isinstance(data, list) else [data]
+    return {str(o.get("mirror")): f"{'ok' if o.get('ok') else 'FAILED'} "
+                                  f"({o.get('attempts')} attempt(s)): "
+                                  + _rows_summary(o.get("rows") or [])
+            for o in outcomes if isinstance(o, dict)}
 
 
 def start(lab: Lab, master: Path, fname: str) -> CoordinatorRun:
@@ -117,32 +125,28 @@ def start(lab: Lab, master: Path, fname: str) -> CoordinatorRun:
     steps += [["replica", "add", m.name, fname] for m in lab.mirrors]
     # One interpreter for all the CLI steps: each `pftp-coordinator` start costs seconds on
     # a loaded 2-core machine, and these are the same commands an operator would type.
-    # Then the coordinator measures the lab's paths itself, from inside the lab, all mirrors
-    # at once (one process each).
-    batches = [steps] + [[["probe", m.name]] for m in lab.mirrors]
-    done: list[dict[str, Any]] = []
-    for group in (batches[:1], batches[1:]):
-        procs = [lab.popen_in("coordinator", [sys.executable, "-c", _STEPS_SCRIPT,
-                                              json.dumps(b)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for b in group]
-        for b, proc in zip(group, procs, strict=True):
-            try:
-                out, err = proc.communicate(timeout=600)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, err = proc.communicate()
-            got = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
-            done += got
-            if proc.returncode != 0 or len(got) != len(b):
-                run.reason = (f"coordinator setup failed after {len(got)}/{len(b)} steps of "
-                              f"{b[0]}: {(err or out).strip()[-300:]}")
-                return run
+    # Last, the coordinator measures the lab's paths itself, from inside the lab: one
+    # `probe --all`, which probes every mirror at once (threads, like the scheduler) and
+    # returns when all are done, so the set-up waits for the slowest probe only.
+    steps.append(["probe", "--all"])
+    proc = lab.popen_in("coordinator", [sys.executable, "-c", _STEPS_SCRIPT, json.dumps(steps)],
+                        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    done: list[dict[str, Any]] = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or len(done) != len(steps):
+        run.reason = (f"coordinator setup failed after {len(done)}/{len(steps)} steps: "
+                      f"{(err or out).strip()[-300:]}")
+        return run
     run.steps_s = {" ".join(step["argv"][:2]): step["s"] for step in done}
     for step in done:
         if step["argv"][0] == "probe":
-            # A failed probe method (exit 2) leaves the other methods' data: recorded, not fatal.
-            run.probes[step["argv"][1]] = f"exit {step['code']}: " + _probe_summary(step["out"])
+            # A failed probe (exit 2) leaves the other mirrors' and methods' data: recorded,
+            # not fatal.
+            run.probes = _probe_summaries(step["out"])
         elif step["code"] != 0:
             run.reason = (f"`pftp-coordinator {' '.join(step['argv'])}` failed ({step['code']}): "
                           f"{step['out'].strip()[-300:]}")

@@ -102,7 +102,13 @@ def _pftp_dynamic(ctx: RunContext, out: Path) -> list[list[str]]:
 
 def _pftp_coordinated(ctx: RunContext, out: Path) -> list[list[str]]:
     assert ctx.coordinator_url is not None
-    return [[PFTP, "get", ctx.fname, "--coordinator", ctx.coordinator_url,
+    # The coordinator selects mirrors until their rates cover the client's access
+    # bandwidth. Left alone, the client reports its interface's link speed, which in the
+    # lab is the veth's nominal 10 Gbit/s, not the shaped access link: tell it the truth,
+    # as the admin of a campus with a slower uplink would in its config file.
+    env = ([f"PFTP_ACCESS_BANDWIDTH={ctx.scenario.access_bps}"]
+           if ctx.scenario.access_bps else [])
+    return [["env", *env, PFTP, "get", ctx.fname, "--coordinator", ctx.coordinator_url,
              "--sha256", ctx.sha256, "-o", str(out), "--quiet", "--json"]]
 
 

@@ -14,13 +14,15 @@ Exit codes:
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
 
-import typer
-
+# Only the standard library and the light client modules are imported up front:
+# start-up time is part of every download's time (typer builds pydantic adapters
+# for every option, rich and httpx are only needed for a TTY / a coordinator).
 from pftp_client.control_file import ResumeMismatch
 from pftp_client.coordinator import CoordinatorError
 from pftp_client.download import UsageError, download
@@ -36,52 +38,86 @@ EXIT_NO_MIRROR = 4
 EXIT_OTHER = 5
 EXIT_INTERRUPTED = 130
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="P-FTP: parallel, verified downloads from several mirrors.",
-)
+
+class CliExit(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
 
 
-@app.callback()
-def _root() -> None:
-    """P-FTP client."""
+def _fail(code: int, message: str) -> CliExit:
+    print(f"pftp: error: {message}", file=sys.stderr)
+    return CliExit(code)
 
 
-def _fail(code: int, message: str) -> typer.Exit:
-    typer.echo(f"pftp: error: {message}", err=True)
-    return typer.Exit(code)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pftp", description="P-FTP: parallel, verified downloads from several mirrors."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    get = sub.add_parser(
+        "get",
+        help="download a file",
+        description="Download NAME via the coordinator, or the file behind --mirror URLs.",
+    )
+    get.add_argument(
+        "name",
+        nargs="?",
+        default=None,
+        metavar="NAME",
+        help="logical file name (asks the coordinator) or a URL",
+    )
+    get.add_argument(
+        "--mirror",
+        "-m",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="mirror URL; repeat for several",
+    )
+    get.add_argument("--output", "-o", type=Path, default=None, help="where to put the file")
+    get.add_argument(
+        "--coordinator",
+        default=None,
+        metavar="URL",
+        help="coordinator URL (else $PFTP_COORDINATOR, config file, discovery)",
+    )
+    get.add_argument("--sha256", default=None, metavar="HEX", help="expected SHA-256 (hex)")
+    get.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    get.add_argument(
+        "--json", dest="json_out", action="store_true", help="print a JSON summary on stdout"
+    )
+    get.add_argument(
+        "--restart",
+        action="store_true",
+        help="discard an interrupted download of the same target",
+    )
+    get.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds without data before a mirror counts as failed",
+    )
+    get.add_argument(
+        "--no-discovery",
+        action="store_true",
+        help="do not look for a coordinator by DNS SRV / broadcast",
+    )
+    return parser
 
 
-@app.command()
 def get(
-    name: Annotated[
-        str | None, typer.Argument(help="logical file name (asks the coordinator) or a URL")
-    ] = None,
-    mirror: Annotated[
-        list[str] | None, typer.Option("--mirror", "-m", help="mirror URL; repeat for several")
-    ] = None,
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="where to put the file")
-    ] = None,
-    coordinator: Annotated[
-        str | None,
-        typer.Option(help="coordinator URL (else $PFTP_COORDINATOR, config file, discovery)"),
-    ] = None,
-    sha256: Annotated[str | None, typer.Option(help="expected SHA-256 (hex)")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress output")] = False,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="print a JSON summary on stdout")
-    ] = False,
-    restart: Annotated[
-        bool, typer.Option(help="discard an interrupted download of the same target")
-    ] = False,
-    stall_timeout: Annotated[
-        float | None, typer.Option(help="seconds without data before a mirror counts as failed")
-    ] = None,
-    no_discovery: Annotated[
-        bool, typer.Option(help="do not look for a coordinator by DNS SRV / broadcast")
-    ] = False,
+    name: str | None = None,
+    mirror: list[str] | None = None,
+    output: Path | None = None,
+    coordinator: str | None = None,
+    sha256: str | None = None,
+    quiet: bool = False,
+    json_out: bool = False,
+    restart: bool = False,
+    stall_timeout: float | None = None,
+    no_discovery: bool = False,
 ) -> None:
     """Download NAME via the coordinator, or the file behind --mirror URLs."""
     mirrors = list(mirror or [])
@@ -122,17 +158,34 @@ def get(
         hint = " (use --restart to discard it)" if isinstance(exc, ResumeMismatch) else ""
         raise _fail(EXIT_OTHER, f"{exc}{hint}") from exc
     except KeyboardInterrupt as exc:
-        typer.echo("pftp: interrupted; run the same command again to resume", err=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from exc
+        print("pftp: interrupted; run the same command again to resume", file=sys.stderr)
+        raise CliExit(EXIT_INTERRUPTED) from exc
     except OSError as exc:
         raise _fail(EXIT_OTHER, str(exc)) from exc
     if json_out:
         json.dump(summary.to_json_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
+        sys.stdout.flush()
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    opts = vars(args)
+    opts.pop("command")
+    try:
+        get(**opts)
+    except CliExit as exc:
+        return exc.code
+    return EXIT_OK
 
 
 def main() -> None:
-    app()
+    sys.exit(run())
 
 
 if __name__ == "__main__":

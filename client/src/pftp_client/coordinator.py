@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-
-import httpx
-import pydantic
-from pftp_wire import API_PREFIX, AssignmentRequest, AssignmentResponse, DownloadReport, ReportAck
+from typing import TYPE_CHECKING
 
 from pftp_client.plan import Plan, PlanError, plan_from_assignments
+
+if TYPE_CHECKING:  # imported where used: a --mirror download never loads httpx/pydantic
+    import httpx
+    from pftp_wire import AssignmentRequest, DownloadReport, ReportAck
 
 ATTEMPTS = 3  # paper 001, line 9
 BACKOFF_S = (0.5, 1.0)
@@ -58,6 +59,9 @@ def _post_with_retries(
     sleep: Callable[[float], None],
     transport: httpx.BaseTransport | None = None,
 ) -> tuple[str, httpx.Response]:
+    import httpx
+    from pftp_wire import API_PREFIX
+
     errors: list[str] = []
     with httpx.Client(timeout=timeout, transport=transport, trust_env=False) as client:
         for base in urls:
@@ -88,6 +92,9 @@ def request_plan(
 ) -> tuple[str, Plan]:
     """POST /api/v1/assignments to the first coordinator that answers; returns
     (the coordinator's URL, the validated plan)."""
+    import pydantic
+    from pftp_wire import AssignmentResponse
+
     if not urls:
         raise CoordinatorUnavailable("no coordinator URL known")
     base, resp = _post_with_retries(
@@ -127,6 +134,9 @@ def send_report(
     sleep: Callable[[float], None] = time.sleep,
 ) -> ReportAck:
     """POST /api/v1/reports (issue 3: after the download)."""
+    import pydantic
+    from pftp_wire import ReportAck
+
     _, resp = _post_with_retries(
         [base_url],
         "/reports",

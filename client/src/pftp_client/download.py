@@ -17,8 +17,6 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
-from pftp_wire import AssignmentRequest, DownloadReport, MirrorReport
-
 from pftp_client import control_file
 from pftp_client.access_bandwidth import access_bandwidth
 from pftp_client.control_file import ControlState, ResumeMismatch, ctl_path
@@ -196,6 +194,8 @@ def download(
     plan: Plan | None = None
     used_coordinator: str | None = None
     if name and coordinators:
+        from pftp_wire import AssignmentRequest
+
         request = AssignmentRequest(file=name, access_bandwidth_bps=bw)
         try:
             used_coordinator, plan = request_plan(
@@ -438,6 +438,8 @@ def _run_plan(
 
 
 def _report(coordinator: str, summary: DownloadSummary, say: Callable[[str], None]) -> None:
+    from pftp_wire import DownloadReport, MirrorReport
+
     report = DownloadReport(
         request_id=summary.request_id,
         file=summary.name,

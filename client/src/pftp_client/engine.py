@@ -41,7 +41,7 @@ from typing import Literal
 from pftp_client.flow_observer import DetectorFactory, FlowObserver, FlowTimings
 from pftp_client.integrity import sha256_of_buffer, sha256_of_range
 from pftp_client.part_file import PartFile
-from pftp_client.pieces import PieceGrid
+from pftp_client.pieces import PieceGrid, split_unit
 from pftp_client.plan import MirrorSource, Plan
 from pftp_client.ranges import RangeOwners, RangeSet, split_evenly
 from pftp_client.rate import RateMeter
@@ -83,6 +83,7 @@ class EngineConfig:
     duplicate_budget: float = 0.01  # share of the file that may be fetched twice
     default_latency_s: float = 0.05  # request latency before one is measured
     ring_capacity: int = 4096  # arrivals kept per flow for the congestion detector
+    finish_grace_s: float = 1.0  # after the last byte: how long to wait for flow threads
 
 
 LaneKind = Literal["normal", "duplicate", "repair"]
@@ -169,6 +170,7 @@ class DownloadEngine:
         self.size = plan.file.size
         self.part = part
         self.grid = grid
+        self.split_grid = PieceGrid(grid.size, split_unit(grid.piece_size))  # tail splits
         self.cfg = config or EngineConfig()
         self._open_fetcher = open_fetcher
         self._checkpoint = checkpoint
@@ -229,10 +231,16 @@ class DownloadEngine:
             raise
         finally:
             self._stop_all()
+            # Once every byte is in, a flow still stuck in the network (e.g. an ABOR
+            # to a mirror that stalled, which may take up to the reply timeout) must
+            # not hold the download: its lane is stopped (_stop_all), so it writes
+            # nothing more, and its thread closes its own connection when it wakes.
+            done = self._finished and self._abort is None
+            deadline = self._clock() + (self.cfg.finish_grace_s if done else self.cfg.timeout + 5)
             for f in list(self.flows.values()):
                 if f.thread is not None:
-                    f.thread.join(timeout=self.cfg.timeout + 5)
-            monitor.join(timeout=5)
+                    f.thread.join(timeout=max(0.0, deadline - self._clock()))
+            monitor.join(timeout=max(0.0, deadline - self._clock()) if done else 5)
         if self._abort is not None:
             raise self._abort
         return EngineResult(
@@ -442,7 +450,7 @@ class DownloadEngine:
             thief_latency_s=flow.latency_s
             if flow.latency_s is not None
             else self.cfg.default_latency_s,
-            grid=self.grid,
+            grid=self.split_grid,
             duplicate_budget_left=self.duplicate_budget_left,
         )
 

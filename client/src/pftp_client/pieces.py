@@ -18,6 +18,10 @@ MAX_PIECE = 4 * MIB
 # Paper 000 III: the number of blocks B should be much larger than the number
 # of servers M; 16 blocks per flow keeps the tail short for small files.
 PIECES_PER_FLOW = 16
+# Work is split at multiples of this (not of the piece size): paper 000's
+# termination idle time is bounded by one split unit over the slowest rate, and
+# with 256 KiB pieces a 2 Mbit/s mirror would hold the download ~1 s at the end.
+SPLIT_UNIT = 16 * KIB
 
 
 def choose_piece_size(size: int, flows: int, hashed_piece_size: int | None = None) -> int:
@@ -30,6 +34,14 @@ def choose_piece_size(size: int, flows: int, hashed_piece_size: int | None = Non
     while piece * 2 <= target and piece < MAX_PIECE:
         piece *= 2
     return piece
+
+
+def split_unit(piece_size: int) -> int:
+    """Granularity of tail splits: ``SPLIT_UNIT``, or the piece when smaller. A
+    split inside a piece is harmless: the piece is verified when its last byte
+    is written, whoever wrote it, and a bad piece with two writers makes both
+    suspects (engine.py); resume still restarts at most the partial piece."""
+    return max(1, min(piece_size, SPLIT_UNIT))
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,11 @@ message says exactly what is wrong.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
-from pftp_wire import AssignmentResponse
+if TYPE_CHECKING:
+    from pftp_wire import AssignmentResponse
 
 SUPPORTED_SCHEMES = ("ftp", "http", "https")
 PlanMode = Literal["coordinated", "dynamic", "single"]

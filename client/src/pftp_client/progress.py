@@ -10,21 +10,13 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from typing import TextIO
-
-from rich.console import Console, Group
-from rich.live import Live
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
-from rich.table import Table
+from typing import TYPE_CHECKING, TextIO
 
 from pftp_client.summary import DownloadSummary, MirrorStats
+
+if TYPE_CHECKING:  # rich is imported only when a live display is shown (start-up cost)
+    from rich.console import Console
+    from rich.live import Live
 
 
 def human_bytes(n: float) -> str:
@@ -100,6 +92,17 @@ class PlainProgress(QuietProgress):
 
 class RichProgress(QuietProgress):
     def __init__(self, console: Console | None = None) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+        from rich.table import Table
+
         self.console = console or Console(stderr=True)
         self._bar = Progress(
             TextColumn("[bold]{task.description}"),
@@ -114,6 +117,9 @@ class RichProgress(QuietProgress):
         self._live: Live | None = None
 
     def start(self, name: str, size: int, mirrors: Sequence[str]) -> None:
+        from rich.console import Group
+        from rich.live import Live
+
         self._task = self._bar.add_task(name, total=size or 1)
         self._live = Live(Group(self._bar, self._table), console=self.console, refresh_per_second=4)
         self._live.start()
@@ -128,6 +134,9 @@ class RichProgress(QuietProgress):
     ) -> None:
         if self._task is None or self._live is None:
             return
+        from rich.console import Group
+        from rich.table import Table
+
         self._bar.update(self._task, completed=done)
         table = Table(box=None, pad_edge=False)
         for col in ("mirror", "state", "bytes", "rate", "events"):

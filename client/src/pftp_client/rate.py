@@ -38,6 +38,11 @@ class RateMeter:
     def rate(self, now: float) -> float | None:
         """Current rate; the last known one while idle; None before any data."""
         with self._lock:
+            # Forget samples older than the window even when no data arrives, so a
+            # stalled flow's rate falls to 0 within window_s instead of decaying as
+            # 1/t (the tail rule then takes all of its work, tail.py).
+            while len(self._samples) > 1 and now - self._samples[1][0] >= self.window_s:
+                self._samples.popleft()
             if len(self._samples) >= 1:
                 t0, b0 = self._samples[0]
                 dt = now - t0

@@ -3,7 +3,7 @@
 pftp-coordinator agent token MIRROR    # new agent token, printed once
 pftp-coordinator agent revoke MIRROR
 pftp-coordinator scan MIRROR           # replica scan now
-pftp-coordinator probe MIRROR          # path probe now
+pftp-coordinator probe MIRROR...|--all # path probes now (concurrently)
 """
 
 from __future__ import annotations
@@ -111,14 +111,53 @@ def scan(ctx: typer.Context, mirror: MirrorArg) -> None:
 
 
 @ops_app.command("probe")
-def probe(ctx: typer.Context, mirror: MirrorArg) -> None:
-    """Probe a mirror now: RTT/loss, capacity (root), ranged-read throughput."""
+def probe(
+    ctx: typer.Context,
+    mirrors: Annotated[
+        list[str] | None, typer.Argument(help="mirror names (several are probed at once)")
+    ] = None,
+    all_mirrors: Annotated[
+        bool, typer.Option("--all", help="probe every enabled mirror, all at once")
+    ] = False,
+) -> None:
+    """Probe mirrors now: RTT/loss, capacity (root), ranged-read throughput.
+
+    Several mirrors are probed concurrently (up to ``probe_concurrency`` at a time,
+    like the scheduler), so probing N mirrors takes about as long as the slowest one.
+    Prints one JSON object for one mirror, a list for several; exit 2 when any
+    mirror's probe failed.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sqlalchemy import select
+
+    from pftp_coordinator.db import session_scope
+    from pftp_coordinator.models import Mirror
     from pftp_coordinator.probes.service import probe_mirror
 
+    names = list(mirrors or [])
+    if all_mirrors == bool(names):
+        raise _fail("name the mirrors to probe, or give --all (not both)")
     with _factory(ctx) as (settings, factory):
-        outcome = probe_mirror(factory, _mirror_id(factory, mirror), settings)
-    if outcome is None:
-        raise _fail(f"mirror {mirror} is disabled or has no URL")
-    typer.echo(json.dumps(asdict(outcome), indent=2, default=str))
-    if not outcome.ok:
+        if all_mirrors:
+            with session_scope(factory) as s:
+                names = list(
+                    s.scalars(select(Mirror.name).where(Mirror.enabled).order_by(Mirror.name))
+                )
+            if not names:
+                raise _fail("no enabled mirror to probe")
+        ids = [_mirror_id(factory, name) for name in dict.fromkeys(names)]
+        workers = max(1, min(len(ids), settings.probe_concurrency))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="probe") as pool:
+            outcomes = list(pool.map(lambda mid: probe_mirror(factory, mid, settings), ids))
+    missing = [n for n, o in zip(dict.fromkeys(names), outcomes, strict=True) if o is None]
+    if missing:
+        raise _fail(f"mirror(s) {', '.join(missing)} disabled or without a URL")
+    found = [asdict(o) for o in outcomes if o is not None]
+    typer.echo(
+        json.dumps(
+            found[0] if len(found) == 1 and not all_mirrors else found, indent=2, default=str
+        )
+    )
+    if not all(o.ok for o in outcomes if o is not None):
         raise typer.Exit(2)

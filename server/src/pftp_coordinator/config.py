@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     backup_count: int = Field(default=3, ge=0)
     balanced_threshold_rps: float = Field(default=50.0, gt=0)  # above: balanced mode
     snapshot_refresh_s: float = Field(default=2.0, gt=0)  # ranking-input cache freshness
+    # Rankings of recently asked (file, protocols) kept while the ranking inputs are
+    # unchanged (per worker; 0 = off). ~6 kB each with ~18 holders.
+    plan_cache_size: int = Field(default=8192, ge=0)
     # Mirror pairs a client saw behind one congested link are not assigned together
     # for this long after the last such report (paper 001, Shared-Con-Algo).
     congestion_penalty_s: float = Field(default=1800.0, gt=0)

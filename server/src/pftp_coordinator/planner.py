@@ -14,14 +14,16 @@ import random
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote
 
 from pftp_wire.models import AssignmentRequest, AssignmentResponse
+from pydantic_core import to_json
 
 from pftp_coordinator.portions import split_portions
-from pftp_coordinator.ranking import MirrorRank, rank_rows
-from pftp_coordinator.ranking_inputs import MirrorInfo, RankingSnapshot, ranking_table
+from pftp_coordinator.ranking import MirrorRank, RankedRows, RankingTable, rank_rows_lazy
+from pftp_coordinator.ranking_inputs import FileRecord, RankingSnapshot, ranking_table
 from pftp_coordinator.selection import select_mirrors
 
 # Characters left alone when a replica path goes into a URL ('%' too, so a path
@@ -47,70 +49,135 @@ def replica_url(base_url: str, path: str) -> str:
     return base_url.rstrip("/") + "/" + _quoted(path)
 
 
-def _pick_url(info: MirrorInfo, protocols: Sequence[str]) -> str | None:
-    for proto in protocols:  # the client's order of preference
-        base = info.urls.get(proto)
-        if base:
-            return base
-    return None
+@dataclass(slots=True)
+class _Candidates:
+    """The ranked usable holders of one file for one protocol preference."""
+
+    ranked: RankedRows
+    where: dict[int, tuple[str, str]]  # mirror id -> (base URL, replica path)
 
 
-def plan_assignments(
+@dataclass(slots=True)
+class PlannedAnswer:
+    """An answer serialised for the wire, plus what the API records about it."""
+
+    body: bytes  # AssignmentResponse JSON
+    request_id: str
+    mode: str
+    n_assignments: int
+
+
+def _usable_mirrors(snapshot: RankingSnapshot, table: RankingTable) -> dict[int, tuple]:
+    """mirror id -> (table row, name, urls) of the enabled, not-down mirrors;
+    once per snapshot."""
+    memo = snapshot.memo.get("usable_mirrors")
+    if memo is None or memo[0] is not table:
+        usable = {
+            mid: (table.row_of[mid], info.name, info.urls)
+            for mid, info in snapshot.mirrors.items()
+            if info.enabled and info.state != "down" and mid in table.row_of
+        }
+        memo = (table, usable)
+        snapshot.memo["usable_mirrors"] = memo
+    return memo[1]
+
+
+def _plan_cache(snapshot: RankingSnapshot, settings, table: RankingTable) -> dict:  # type: ignore[no-untyped-def]
+    """Per-(file, protocols) ranking cache of this snapshot. SnapshotCache carries it
+    to the next snapshot only when the ranking inputs (table, replica map, mirrors)
+    are unchanged, so a cached ranking is exactly what a fresh one would be."""
+    memo = snapshot.memo.get("plan_cache")
+    if memo is None or memo[0] is not settings or memo[1] is not table:
+        memo = (settings, table, {})
+        snapshot.memo["plan_cache"] = memo
+    return memo[2]
+
+
+def _no_mirror_reason(snapshot: RankingSnapshot, f: FileRecord, protocols: Sequence[str]) -> str:
+    rs = snapshot.replicas.get(f.id)
+    if rs is None or len(rs.mirror_ids) == 0:
+        return "no mirror holds a usable (present, right-size) replica"
+    excluded = {"disabled": 0, "down": 0, "protocol": 0}
+    for mid in rs.mirror_ids:
+        info = snapshot.mirrors.get(mid)
+        if info is None or not info.enabled:
+            excluded["disabled"] += 1
+        elif info.state == "down":
+            excluded["down"] += 1
+        else:
+            excluded["protocol"] += 1
+    parts = [f"{n} {why}" for why, n in excluded.items() if n]
+    return (
+        f"none of the {len(rs.mirror_ids)} mirrors holding it is usable "
+        f"for protocols {'/'.join(protocols)} ({', '.join(parts)})"
+    )
+
+
+def _candidates(
+    snapshot: RankingSnapshot,
+    f: FileRecord,
+    protocols: tuple[str, ...],
+    settings,  # type: ignore[no-untyped-def]
+    now: float,
+) -> _Candidates | None:
+    table = ranking_table(snapshot, settings, now=now)
+    cache = _plan_cache(snapshot, settings, table)
+    key = (f.id, protocols)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    usable = _usable_mirrors(snapshot, table)
+    rs = snapshot.replicas.get(f.id)
+    where: dict[int, tuple[str, str]] = {}
+    rows: list[int] = []
+    if rs is not None:
+        for mid, path in zip(rs.mirror_ids, rs.paths):  # noqa: B905 (parallel by construction)
+            u = usable.get(mid)
+            if u is None:
+                continue
+            urls = u[2]
+            for proto in protocols:  # the client's order of preference
+                base = urls.get(proto)
+                if base:
+                    where[mid] = (base, path)
+                    rows.append(u[0])
+                    break
+    if not rows:
+        return None
+    cand = _Candidates(rank_rows_lazy(table, rows), where)
+    limit = settings.plan_cache_size
+    if limit > 0:
+        if len(cache) >= limit:
+            cache.clear()  # bounded; simple and atomic (popular files come back fast)
+        cache[key] = cand
+    return cand
+
+
+def _plan(
     snapshot: RankingSnapshot,
     request: AssignmentRequest,
     *,
     settings,  # type: ignore[no-untyped-def]  # pftp_coordinator.config.Settings
     request_rate_rps: float,
     rng: random.Random,
-    now: float | None = None,
-) -> AssignmentResponse:
-    """Assignments and backups for ``request``.
-
-    Raises UnknownFile, or NoUsableMirror with the reason in its message.
-    """
+    now: float | None,
+) -> dict:
+    """The answer as plain data (AssignmentResponse's shape)."""
+    # ``now`` only matters when the snapshot's ranking table is not built yet
+    # (SnapshotCache builds it in its refresh thread, at the snapshot's time).
     now = time.time() if now is None else now
     f = snapshot.files_by_name.get(request.file)
     if f is None:
         raise UnknownFile(f"unknown file {request.file!r}")
-
-    rs = snapshot.replicas.get(f.id)
-    n_replicas = len(rs.mirror_ids) if rs is not None else 0
-    table = ranking_table(snapshot, settings, now=now)
-    row_of = table.row_of
-    where: dict[int, tuple[str, str]] = {}  # mirror id -> (base URL, replica path)
-    rows: list[int] = []
-    names: dict[int, str] = {}
-    excluded = {"disabled": 0, "down": 0, "protocol": 0}
-    if rs is not None:
-        for mid, path in zip(rs.mirror_ids, rs.paths, strict=True):
-            info = snapshot.mirrors.get(mid)
-            if info is None or not info.enabled:
-                excluded["disabled"] += 1
-                continue
-            if info.state == "down":
-                excluded["down"] += 1
-                continue
-            base = _pick_url(info, request.protocols)
-            if base is None:
-                excluded["protocol"] += 1
-                continue
-            where[mid] = (base, path)
-            names[mid] = info.name
-            rows.append(row_of[mid])
-    if not rows:
-        if n_replicas == 0:
-            reason = "no mirror holds a usable (present, right-size) replica"
-        else:
-            parts = [f"{n} {why}" for why, n in excluded.items() if n]
-            reason = (
-                f"none of the {n_replicas} mirrors holding it is usable "
-                f"for protocols {'/'.join(request.protocols)} ({', '.join(parts)})"
-            )
+    protocols = tuple(request.protocols)
+    cand = _candidates(snapshot, f, protocols, settings, now)
+    if cand is None:
+        reason = _no_mirror_reason(snapshot, f, protocols)
         raise NoUsableMirror(f"no usable mirror for {request.file!r}: {reason}")
 
-    ranked = rank_rows(table, rows)
+    ranked = cand.ranked
     sel = select_mirrors(
-        ranked,
+        ranked.ranks,
         access_bandwidth_bps=request.access_bandwidth_bps,
         max_mirrors=settings.max_mirrors,
         backup_count=settings.backup_count,
@@ -135,13 +202,16 @@ def plan_assignments(
     dropped: list[MirrorRank] = [r for i, r in enumerate(chosen) if i not in kept]
     backups = (dropped + sel.backups)[: settings.backup_count]
 
+    usable = _usable_mirrors(snapshot, ranking_table(snapshot, settings, now=now))
+    where = cand.where
+
     def entry(r: MirrorRank) -> dict:
         return {
-            "mirror": names[r.key],
+            "mirror": usable[r.key][1],
             "url": replica_url(*where[r.key]),
             "suitability": r.suitability,
             "expected_bps": r.expected_bps,
-            "explain": r.explain,
+            "explain": ranked.explain(r.key),
         }
 
     assignments = []
@@ -150,20 +220,69 @@ def plan_assignments(
         a["offset"] = p.offset
         a["length"] = p.length
         assignments.append(a)
+    return {
+        "request_id": uuid.uuid4().hex,
+        "file": {
+            "name": f.name,
+            "size": f.size,
+            "sha256": f.sha256,
+            "piece_size": f.piece_size,
+            "piece_sha256": snapshot.piece_hashes(f),
+        },
+        "assignments": assignments,
+        "backups": [entry(r) for r in backups],
+        "mode": sel.mode,
+    }
+
+
+def plan_assignments(
+    snapshot: RankingSnapshot,
+    request: AssignmentRequest,
+    *,
+    settings,  # type: ignore[no-untyped-def]  # pftp_coordinator.config.Settings
+    request_rate_rps: float,
+    rng: random.Random,
+    now: float | None = None,
+) -> AssignmentResponse:
+    """Assignments and backups for ``request``.
+
+    Raises UnknownFile, or NoUsableMirror with the reason in its message.
+    """
     # One validation of the whole tree (in pydantic-core) is far cheaper than
     # building each nested model on its own.
     return AssignmentResponse.model_validate(
-        {
-            "request_id": uuid.uuid4().hex,
-            "file": {
-                "name": f.name,
-                "size": f.size,
-                "sha256": f.sha256,
-                "piece_size": f.piece_size,
-                "piece_sha256": snapshot.piece_hashes(f),
-            },
-            "assignments": assignments,
-            "backups": [entry(r) for r in backups],
-            "mode": sel.mode,
-        }
+        _plan(
+            snapshot,
+            request,
+            settings=settings,
+            request_rate_rps=request_rate_rps,
+            rng=rng,
+            now=now,
+        )
+    )
+
+
+def plan_assignments_json(
+    snapshot: RankingSnapshot,
+    request: AssignmentRequest,
+    *,
+    settings,  # type: ignore[no-untyped-def]  # pftp_coordinator.config.Settings
+    request_rate_rps: float,
+    rng: random.Random,
+    now: float | None = None,
+) -> PlannedAnswer:
+    """``plan_assignments`` for the HTTP hot path: the same answer serialised
+    straight from plain data by pydantic-core (no model built and re-validated;
+    the data is made here and equals what plan_assignments validates, which
+    tests/server/test_planner.py checks)."""
+    answer = _plan(
+        snapshot,
+        request,
+        settings=settings,
+        request_rate_rps=request_rate_rps,
+        rng=rng,
+        now=now,
+    )
+    return PlannedAnswer(
+        to_json(answer), answer["request_id"], answer["mode"], len(answer["assignments"])
     )

@@ -251,6 +251,13 @@ class RankingTable:
     expected: list[float | None]
     w: np.ndarray  # weight per variable position
     row_of: dict[int, int]
+    have: np.ndarray = field(init=False)  # ~isnan(x), precomputed for the hot path
+    x0: np.ndarray = field(init=False)  # x with 0 where missing
+
+    def __post_init__(self) -> None:
+        have = ~np.isnan(self.x)
+        object.__setattr__(self, "have", have)
+        object.__setattr__(self, "x0", np.where(have, self.x, 0.0))
 
 
 def build_table(
@@ -275,19 +282,38 @@ def build_table(
     )
 
 
-def rank_rows(table: RankingTable, rows: Sequence[int]) -> list[MirrorRank]:
+@dataclass(slots=True)
+class RankedRows:
+    """A ranking whose per-variable explanation is built only when asked for.
+
+    ``ranks`` are best first with an empty ``explain`` (shared, never mutated: the
+    planner caches these); ``explain(key)`` gives the S_vk dict of one mirror.
+    Building the dict for every candidate cost more than the ranking itself,
+    while an answer shows at most max_mirrors + backup_count of them."""
+
+    ranks: list[MirrorRank]
+    names: tuple[str, ...]  # variables used, in VARIABLES order
+    per_var: dict[int, list[float]]  # mirror key -> S_vk for ``names``
+
+    def explain(self, key: int) -> dict[str, float]:
+        return dict(zip(self.names, self.per_var[key]))  # noqa: B905 (same length)
+
+
+_NO_EXPLAIN: dict[str, float] = {}
+
+
+def rank_rows_lazy(table: RankingTable, rows: Sequence[int]) -> RankedRows:
     """Rank the mirrors at ``rows`` of ``table`` among themselves, best first
     (ties: lower key first). The candidate set defines m in eq. 1 and 2."""
     m = len(rows)
     if m == 0:
-        return []
+        return RankedRows([], (), {})
     idx = np.asarray(rows, dtype=np.intp)
-    x = table.x[idx]
     c = table.c[idx]
     neutral = 1.0 / m
-    have = ~np.isnan(x)
+    have = table.have[idx]
     n_have = have.sum(axis=0)
-    x0 = np.where(have, x, 0.0)
+    x0 = table.x0[idx]
     total = x0.sum(axis=0)
     # Eq. 1 over the mirrors that have data, scaled to their share of the mass
     # (n_have / m); the others are neutral (1/m); confidence blends toward neutral.
@@ -301,17 +327,22 @@ def rank_rows(table: RankingTable, rows: Sequence[int]) -> list[MirrorRank]:
     w_sum = float(w.sum())
     score = (s @ w / w_sum).tolist() if w_sum > 0 else [neutral] * m
     cols = np.flatnonzero(used)
-    names = [VARIABLES[j] for j in cols]
-    per_var = s[:, cols].tolist()
+    names = tuple(VARIABLES[j] for j in cols)
     keys = table.keys[idx].tolist()
     expected = table.expected
-    # zip without strict=: same length by construction, and this is the hot loop.
-    ranks = [
-        MirrorRank(keys[k], score[k], dict(zip(names, per_var[k])), expected[rows[k]])  # noqa: B905
-        for k in range(m)
-    ]
+    ranks = [MirrorRank(keys[k], score[k], _NO_EXPLAIN, expected[rows[k]]) for k in range(m)]
     ranks.sort(key=lambda r: (-r.suitability, r.key))
-    return ranks
+    # zip without strict=: same length by construction, and this is the hot path.
+    return RankedRows(ranks, names, dict(zip(keys, s[:, cols].tolist())))  # noqa: B905
+
+
+def rank_rows(table: RankingTable, rows: Sequence[int]) -> list[MirrorRank]:
+    """``rank_rows_lazy`` with every mirror's ``explain`` filled in."""
+    ranked = rank_rows_lazy(table, rows)
+    return [
+        MirrorRank(r.key, r.suitability, ranked.explain(r.key), r.expected_bps)
+        for r in ranked.ranks
+    ]
 
 
 def rank_mirrors(

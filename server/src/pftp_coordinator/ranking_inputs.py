@@ -649,6 +649,10 @@ class SnapshotCache:
             # Same measurements: the ranking table (confidence evaluated when the
             # measurements were loaded) carries over.
             snap.memo["ranking"] = old.memo["ranking"]
+            if "plan_cache" in old.memo and old.mirrors == snap.mirrors:
+                # Same table, replica map and mirrors (state, URLs): the planner's
+                # per-file rankings are still exact.
+                snap.memo["plan_cache"] = old.memo["plan_cache"]
         ranking_table(snap, s)  # built here, off the request path
         self._metrics, self._metrics_at = metrics, metrics_at
         self._replica_map = rm

@@ -180,30 +180,40 @@ class PacketCapture:
     def _run(self) -> None:
         assert self._sock is not None
         sock = self._sock
-        anc = socket.CMSG_SPACE(16)
         while not self._stop.is_set():
             ready, _, _ = select.select([sock], [], [], 0.1)
-            if not ready:
-                continue
-            try:
-                data, ancdata, _flags, addr = sock.recvmsg(SNAPLEN, anc, socket.MSG_TRUNC)
-            except OSError:
+            if ready and not self._read_one(sock):
                 return
-            if addr[2] == PACKET_OUTGOING:
-                continue
-            ts = None
-            for level, kind, cdata in ancdata:
-                if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS:
-                    sec, nsec = struct.unpack("qq", cdata[:16])
-                    ts = sec * 1_000_000_000 + nsec
-            seg = parse_tcp_segment(data, len(data))
-            if ts is None or seg is None or seg[3] == 0:
-                continue
-            key = (_canonical_ip(seg[0]), seg[1], seg[2])
-            with self._lock:
-                self.packets_seen += 1
-                self._times.setdefault(key, []).append(ts)
-                self._sizes.setdefault(key, []).append(seg[3])
+        # stop() was called: take what the kernel already queued, then quit
+        sock.setblocking(False)
+        while self._read_one(sock):
+            pass
+
+    def _read_one(self, sock: socket.socket) -> bool:
+        """Read and record one frame; False when nothing is left (or the socket closed)."""
+        try:
+            data, ancdata, _flags, addr = sock.recvmsg(SNAPLEN, socket.CMSG_SPACE(16),
+                                                       socket.MSG_TRUNC)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return False
+        if addr[2] == PACKET_OUTGOING:
+            return True
+        ts = None
+        for level, kind, cdata in ancdata:
+            if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS:
+                sec, nsec = struct.unpack("qq", cdata[:16])
+                ts = sec * 1_000_000_000 + nsec
+        seg = parse_tcp_segment(data, len(data))
+        if ts is None or seg is None or seg[3] == 0:
+            return True
+        key = (_canonical_ip(seg[0]), seg[1], seg[2])
+        with self._lock:
+            self.packets_seen += 1
+            self._times.setdefault(key, []).append(ts)
+            self._sizes.setdefault(key, []).append(seg[3])
+        return True
 
     def stop(self) -> None:
         self._stop.set()

@@ -143,8 +143,12 @@ class SharedCongestionMonitor:
                 w = self.window_packets
                 return {f: a[-w:] for f, a in packet.items()}, ranks, self.capture.source
         w = self.window_packets
-        app = {f: clean_app_timestamps(self._app.timestamps(f), self._app.sizes(f))[-w:]
-               for f in flows}
+        if self.app_source is TimestampSource.APP_RECV:
+            # late reads carry the time of the read, not of an arrival (timestamps.py)
+            app = {f: clean_app_timestamps(self._app.timestamps(f), self._app.sizes(f))[-w:]
+                   for f in flows}
+        else:  # kernel receive times stay true however late the read
+            app = {f: self._app.timestamps(f)[-w:] for f in flows}
         return app, ranks, self.app_source
 
     def check(self) -> list[CongestionEvent]:

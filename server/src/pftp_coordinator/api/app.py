@@ -75,9 +75,13 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.engine.dispose()
 
 
-def create_app(settings: Settings | None = None, *, check_schema: bool = True) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, check_schema: bool = True, fast_path: bool = True
+) -> FastAPI:
     """The application for ``settings``. ``check_schema`` makes startup fail on an
-    unmigrated database, with the command to run."""
+    unmigrated database, with the command to run. ``fast_path`` serves
+    POST /api/v1/assignments from a pure ASGI layer (see api/assignments.py);
+    without it the FastAPI route answers, identically but slower."""
     settings = settings or get_settings()
     engine = create_db_engine(settings.effective_database_url)
     session_factory = make_session_factory(engine)
@@ -98,6 +102,10 @@ def create_app(settings: Settings | None = None, *, check_schema: bool = True) -
     app.state.recent_modes = RecentAssignments()
 
     app.add_exception_handler(ServiceError, _service_error)
+    if fast_path:
+        # Added first = innermost: inside RequestContextMiddleware (request ids,
+        # access log, metrics), before Starlette's routing.
+        app.add_middleware(assignments.AssignmentsFastPath)
     app.add_middleware(RequestContextMiddleware)
 
     from pftp_coordinator.api import agents

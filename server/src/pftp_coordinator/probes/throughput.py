@@ -18,6 +18,8 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
 
+from pftp_coordinator.ftp_control import finish_transfer, read_reply, reset_close, url_path
+
 CHUNK = 64 * 1024
 log = logging.getLogger(__name__)
 
@@ -64,10 +66,20 @@ def _finish(
 def ftp_ranged_read(
     url: str, size: int, *, offset: int = 0, timeout_s: float = 10.0
 ) -> ThroughputResult:
-    """REST+RETR of ``size`` bytes at ``offset`` from ftp://[user[:pass]@]host[:port]/path."""
+    """REST+RETR of exactly ``size`` bytes at ``offset`` from
+    ftp://[user[:pass]@]host[:port]/path (fewer only when the file ends first).
+
+    The data connection is reset as soon as ``size`` bytes are in; the server's
+    reply to that hang-up is awaited, then the session is ended with QUIT (see
+    ``ftp_control.finish_transfer``: vsftpd, pure-ftpd and pyftpdlib each answer
+    a hang-up differently). When the server ends the data first, its final reply
+    to RETR must be a 2xx, else the read failed.
+    """
     parts = urlsplit(url)
     if parts.scheme != "ftp" or not parts.hostname:
         raise ProbeError(f"not an ftp URL: {url!r}")
+    if size <= 0:
+        raise ProbeError(f"ftp-range: size must be positive, got {size}")
     ftp = ftplib.FTP(timeout=timeout_s)
     deadline = time.monotonic() + timeout_s
     try:
@@ -75,32 +87,56 @@ def ftp_ranged_read(
         ftp.login(unquote(parts.username or "anonymous"), unquote(parts.password or "pftp@"))
         ftp.voidcmd("TYPE I")
         t0 = time.perf_counter()
-        conn = ftp.transfercmd(f"RETR {unquote(parts.path)}", rest=offset or None)
+        conn = ftp.transfercmd(f"RETR {url_path(parts.path)}", rest=offset or None)
         nbytes = first_chunk = 0
         t_first: float | None = None
         t_last = t0
-        with conn:
+        server_ended = False
+        try:
             conn.settimeout(timeout_s)
             while nbytes < size:
                 if time.monotonic() > deadline:
                     raise ProbeError(f"ftp-range: timed out after {nbytes} bytes")
                 data = conn.recv(min(CHUNK, size - nbytes))
                 if not data:
+                    server_ended = True
                     break
                 t_last = time.perf_counter()
                 if t_first is None:
                     t_first, first_chunk = t_last, len(data)
                 nbytes += len(data)
-        # The server answers 426 (aborted) or 226 (done) once we hang up early.
+        finally:
+            reset_close(conn)
+        result = _finish("ftp-range", nbytes, first_chunk, t0, t_first, t_last)
+        # Closing the session gets a few seconds beyond the probe's own budget:
+        # the measurement is already taken, and a slow goodbye is not a failure.
+        end_by = max(deadline, time.monotonic() + min(5.0, timeout_s))
+        if server_ended:
+            final = _final_reply(ftp, end_by)
+            if not final.startswith("2"):
+                raise ProbeError(f"ftp-range: transfer failed after {nbytes} bytes: {final}")
         try:
-            ftp.voidresp()
-        except ftplib.error_temp as exc:  # 426/451: expected after hanging up early
-            log.debug("ftp-range %s: %s", parts.hostname, exc)
-        return _finish("ftp-range", nbytes, first_chunk, t0, t_first, t_last)
+            replies = finish_transfer(ftp, deadline=end_by, transfer_open=not server_ended)
+            log.debug("ftp-range %s: session ended: %s", parts.hostname, replies)
+        except (OSError, EOFError, ftplib.Error) as exc:
+            log.info("ftp-range %s: no clean QUIT after the read: %s", parts.hostname, exc)
+        return result
     except (OSError, EOFError, ftplib.Error) as exc:
         raise ProbeError(f"ftp-range {parts.hostname}: {exc}") from exc
     finally:
         ftp.close()
+
+
+def _final_reply(ftp: ftplib.FTP, deadline: float) -> str:
+    """The completion reply of a transfer the server ended: the first non-1xx
+    reply (pure-ftpd may send more 150 lines after the data)."""
+    for _ in range(10):
+        reply = read_reply(ftp, deadline)
+        if not reply:
+            raise EOFError("server closed the control connection after the transfer")
+        if not reply.startswith("1"):
+            return reply
+    raise ftplib.error_proto("too many preliminary replies after the transfer")
 
 
 def http_ranged_read(

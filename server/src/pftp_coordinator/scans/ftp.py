@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from urllib.parse import unquote, urlsplit
 
+from pftp_coordinator.ftp_control import url_path
 from pftp_coordinator.scans.listing import parse_list_line
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ def _list_dir(
     if use_mlsd[0]:
         try:
             out: dict[str, int | None] = {}
-            for name, facts in ftp.mlsd(directory or "/", facts=["type", "size"]):
+            for name, facts in ftp.mlsd(directory, facts=["type", "size"]):
                 if facts.get("type", "file") == "file":
                     out[name] = int(facts["size"]) if "size" in facts else None
             return out
@@ -54,7 +55,9 @@ def scan_ftp(base_url: str, paths: Iterable[str], *, timeout_s: float = 30.0) ->
     parts = urlsplit(base_url)
     if parts.scheme != "ftp" or not parts.hostname:
         raise ValueError(f"not an ftp URL: {base_url!r}")
-    root = unquote(parts.path) or "/"
+    # Relative to the login directory (RFC 1738 3.2), like the probe and the client:
+    # "" lists the login directory itself.
+    root = url_path(parts.path)
     by_dir: dict[str, list[str]] = defaultdict(list)
     for p in paths:
         full = posixpath.join(root, p.lstrip("/"))

@@ -1,0 +1,83 @@
+"""Tail splits at a finer unit than pieces (paper 000: termination idle time is
+bounded by one split unit over the slowest mirror's rate), and the CLI's options."""
+
+from __future__ import annotations
+
+import pytest
+from pftp_client.cli import EXIT_USAGE, build_parser, run
+from pftp_client.pieces import SPLIT_UNIT, PieceGrid, split_unit
+from pftp_client.tail import LaneView, Steal, plan_tail_move
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+def test_split_unit_is_small_but_never_above_the_piece():
+    assert split_unit(4 * MIB) == SPLIT_UNIT == 16 * KIB
+    assert split_unit(256 * KIB) == 16 * KIB
+    assert split_unit(4 * KIB) == 4 * KIB
+    assert split_unit(1) == 1
+
+
+def test_slow_victim_near_the_end_keeps_only_its_share():
+    """A 2 Mbit/s lane with 200 KiB left next to an idle 40 Mbit/s flow: with
+    256 KiB pieces the victim would keep a whole piece (~0.8 s); with the split
+    unit it keeps about r_v / (r_v + r_t) of the rest, rounded up to 16 KiB."""
+    size = 100 * MIB
+    victim = LaneView(1, reserved=size - 200 * KIB, end=size, rate=250_000.0)
+    fine = PieceGrid(size, split_unit(256 * KIB))
+    move = plan_tail_move(
+        [victim], thief_rate=5_000_000.0, thief_latency_s=0.01, grid=fine, duplicate_budget_left=0
+    )
+    assert isinstance(move, Steal)
+    kept = move.split - victim.reserved
+    assert move.split % (16 * KIB) == 0
+    ideal = 250_000 * (200 * KIB + 5_000_000 * 0.01) / 5_250_000
+    assert ideal <= kept < ideal + 16 * KIB
+    t_victim = kept / 250_000.0
+    t_thief = 0.01 + (victim.end - move.split) / 5_000_000.0
+    assert t_victim < 0.2 and t_thief < 0.2  # both done well before the old 0.8 s
+    coarse = plan_tail_move(
+        [victim],
+        thief_rate=5_000_000.0,
+        thief_latency_s=0.01,
+        grid=PieceGrid(size, 256 * KIB),
+        duplicate_budget_left=0,
+    )
+    assert coarse is None  # the last piece cannot be split at piece granularity
+
+
+def test_cli_has_the_options_the_bench_uses():
+    help_text = build_parser().format_help()
+    assert "get" in help_text
+    args = build_parser().parse_args(
+        ["get", "-m", "ftp://a/f", "--mirror", "ftp://b/f", "--no-discovery", "--json", "-q"]
+    )
+    assert args.mirror == ["ftp://a/f", "ftp://b/f"]
+    assert args.no_discovery and args.json_out and args.quiet
+    assert args.stall_timeout is None and args.output is None
+
+
+def test_cli_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]):
+    assert run([]) == EXIT_USAGE
+    assert run(["get"]) == EXIT_USAGE
+    assert "--mirror" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        run(["get", "--bogus"])
+    assert exc.value.code == EXIT_USAGE
+
+
+def test_rate_of_a_stalled_flow_falls_to_zero_within_the_window():
+    from pftp_client.rate import RateMeter
+
+    m = RateMeter(window_s=3.0, step_s=0.1)
+    m.start(0.0)
+    t = 0.0
+    while t < 5.0:  # 1 MB/s for 5 s
+        t += 0.05
+        m.add(50_000, t)
+    assert m.rate(t) == pytest.approx(1_000_000, rel=0.05)
+    assert m.rate(t + 1.0) == pytest.approx(2_000_000 / 3, rel=0.1)  # 2 s of data in 3 s
+    assert m.rate(t + 3.5) == pytest.approx(0.0, abs=50_000)  # stalled: was ~460 kB/s (1/t)
+    m.stop()
+    assert m.rate(t + 10) == m.rate(t + 3.5)  # idle (between requests): frozen
