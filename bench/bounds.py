@@ -5,12 +5,20 @@ client can get (paper 000, Rodriguez & Biersack, section on the optimum download
 min(access link, sum over mirrors, with the mirrors behind one shared bottleneck together
 capped at its rate). With events (a mirror slows down or dies after a fraction of the bytes
 has arrived), the bound is piecewise: each phase's bytes over that phase's aggregate rate.
+
+Rates in a scenario are what ``tc`` shapes: bytes of whole Ethernet frames. File bytes
+travel as TCP payload, so the best any tool can reach is that rate times the payload
+share of a full-size frame (``PAYLOAD_EFFICIENCY``), and that is the bound used here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+# MTU 1500: 1448 payload bytes (IP 20 + TCP 20 + timestamps option 12 taken out)
+# per 1514-byte frame as tc counts it (Ethernet header 14 included).
+PAYLOAD_EFFICIENCY = 1448 / 1514
 
 
 @dataclass(frozen=True)
@@ -34,7 +42,8 @@ def aggregate_bps(state: LinkState) -> float:
 
 def bound_seconds(file_bytes: int, phases: Sequence[tuple[float, LinkState]]) -> float:
     """phases: (fraction of the file after which the next phase starts, state); the last
-    phase's fraction is ignored (it runs to the end). Fractions must increase."""
+    phase's fraction is ignored (it runs to the end). Fractions must increase. Rates are
+    shaped link rates; the bound uses their TCP payload share (``PAYLOAD_EFFICIENCY``)."""
     if file_bytes <= 0 or not phases:
         raise ValueError("need a positive size and at least one phase")
     total = 0.0
@@ -46,7 +55,7 @@ def bound_seconds(file_bytes: int, phases: Sequence[tuple[float, LinkState]]) ->
         rate = aggregate_bps(state)
         if rate <= 0:
             raise ValueError("a phase with no usable mirror has no finite bound")
-        total += (end - done) * file_bytes * 8 / rate
+        total += (end - done) * file_bytes * 8 / (rate * PAYLOAD_EFFICIENCY)
         done = end
     return total
 

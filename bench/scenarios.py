@@ -31,7 +31,9 @@ class Scenario:
     access_bps: int | None = 1000 * MBIT
     bottlenecks: tuple[BottleneckSpec, ...] = ()
     events: tuple[Event, ...] = ()
-    target_bound_s: float = 3.0  # sizes the file so the bound is about this long
+    # Sizes the file so the bound is about this long: long enough that start-up and
+    # connection set-up (tens of ms per tool) are not what the ratio measures.
+    target_bound_s: float = 5.0
     per_mirror_curl: bool = True
     equal_split: int = 0  # >0: also the paper 004 table 1 methods with this many mirrors
     quick: bool = False  # part of --quick
@@ -138,7 +140,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         title="10/20/20/30 Mbit/s mirrors behind a 4 Mbit/s access link",
         mirrors=_mirrors([10, 20, 20, 30]),
         access_bps=4 * MBIT,
-        target_bound_s=6.0,
+        target_bound_s=8.0,
     ),
     Scenario(
         name="selection-table1",

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from bench.bounds import LinkState, aggregate_bps, bound_seconds, single_mirror_bps
+from bench.bounds import (
+    PAYLOAD_EFFICIENCY,
+    LinkState,
+    aggregate_bps,
+    bound_seconds,
+    single_mirror_bps,
+)
 from bench.scenarios import MIB, SCENARIOS
 
 M = 1_000_000
@@ -23,7 +29,8 @@ def test_piecewise_bound_over_an_event() -> None:
     after = LinkState(None, {"a": 10 * M, "b": 0.0}, {})
     size = 10 * 1_000_000  # 80 Mbit
     # 20% at 40 Mbit/s (0.4 s), then 80% at 10 Mbit/s (6.4 s)
-    assert bound_seconds(size, [(0.2, before), (1.0, after)]) == pytest.approx(6.8)
+    expected = 6.8 / PAYLOAD_EFFICIENCY
+    assert bound_seconds(size, [(0.2, before), (1.0, after)]) == pytest.approx(expected)
     with pytest.raises(ValueError):
         bound_seconds(size, [(1.0, LinkState(None, {"a": 0.0}, {}))])
 

@@ -83,7 +83,7 @@ class EngineConfig:
     duplicate_budget: float = 0.01  # share of the file that may be fetched twice
     default_latency_s: float = 0.05  # request latency before one is measured
     ring_capacity: int = 4096  # arrivals kept per flow for the congestion detector
-    finish_grace_s: float = 1.0  # after the last byte: how long to wait for flow threads
+    finish_grace_s: float = 0.1  # after the last byte: how long to wait for flow threads
 
 
 LaneKind = Literal["normal", "duplicate", "repair"]
@@ -203,6 +203,7 @@ class DownloadEngine:
         self._initial_for: dict[str, RangeSet] = {}
         self._repair_jobs: dict[int, RepairJob] = {}
         self._prefix_dirty = False
+        self._writers = 0  # _sink calls writing outside the lock right now
         if detector_factory is not None:
             obs = detector_factory(self, self.timings)
             if obs is not None:
@@ -236,6 +237,13 @@ class DownloadEngine:
             # not hold the download: its lane is stopped (_stop_all), so it writes
             # nothing more, and its thread closes its own connection when it wakes.
             done = self._finished and self._abort is None
+            if done:
+                # No new write can start (every flow is cancelled): wait only for
+                # the ones in progress, so the part file can be closed safely.
+                with self._lock:
+                    end_wait = self._clock() + 10.0
+                    while self._writers and self._clock() < end_wait:
+                        self._lock.wait(0.05)
             deadline = self._clock() + (self.cfg.finish_grace_s if done else self.cfg.timeout + 5)
             for f in list(self.flows.values()):
                 if f.thread is not None:
@@ -622,6 +630,7 @@ class DownloadEngine:
             if m <= 0:
                 return
             lane.reserved = offset + m
+            self._writers += 1  # run() waits for writes in progress before returning
         try:
             if lane.kind == "repair":
                 assert lane.buffer is not None
@@ -632,6 +641,11 @@ class DownloadEngine:
             with self._lock:
                 lane.reserved = offset
             raise EngineAborted(f"cannot write {self.part.path}: {exc}") from exc
+        finally:
+            with self._lock:
+                self._writers -= 1
+                if not self._writers:
+                    self._lock.notify_all()
         flow.rate.add(m, now)
         for obs in self.observers:
             try:

@@ -65,14 +65,18 @@ class Settings(BaseSettings):
     weights: RankingWeights = Field(default_factory=RankingWeights)
     probe_half_life_s: float = Field(default=1800.0, gt=0)  # old measurements count less
     stale_after_s: float = Field(default=6 * 3600.0, gt=0)  # beyond: ignored
-    min_portion_bytes: int = Field(default=1 << 20, ge=1)
+    # Smaller shares are not worth a connection's set-up; the client still rebalances.
+    min_portion_bytes: int = Field(default=256 * 1024, ge=1)
     max_mirrors: int = Field(default=8, ge=1)
     backup_count: int = Field(default=3, ge=0)
     balanced_threshold_rps: float = Field(default=50.0, gt=0)  # above: balanced mode
     snapshot_refresh_s: float = Field(default=2.0, gt=0)  # ranking-input cache freshness
-    # Rankings of recently asked (file, protocols) kept while the ranking inputs are
-    # unchanged (per worker; 0 = off). ~6 kB each with ~18 holders.
-    plan_cache_size: int = Field(default=8192, ge=0)
+    # Rankings of recently asked (file, protocols), kept while the ranking inputs are
+    # unchanged (per worker; ~6 kB and ~60 GC-tracked objects each with ~18 holders).
+    # Off by default: it pays only when a few files take most requests; with
+    # uniform traffic it was a net loss (cyclic-GC passes over the cached objects
+    # raised the p99, see notes/ranking.md).
+    plan_cache_size: int = Field(default=0, ge=0)
     # Mirror pairs a client saw behind one congested link are not assigned together
     # for this long after the last such report (paper 001, Shared-Con-Algo).
     congestion_penalty_s: float = Field(default=1800.0, gt=0)

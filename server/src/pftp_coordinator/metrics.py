@@ -8,6 +8,8 @@ registered ones, modes/outcomes are short fixed words.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import (
@@ -113,13 +115,31 @@ def _outcome(ok: bool) -> str:
     return "ok" if ok else "failed"
 
 
+# Labelled children by label values: .labels() validates and locks on every call,
+# which is measurable at thousands of requests per second. Label values are bounded
+# (see above), and so are these dicts.
+_request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+_assignment_children: dict[str, Any] = {}
+
+
 def observe_request(method: str, route: str, status: int, seconds: float) -> None:
-    HTTP_REQUESTS.labels(method, route, str(status)).inc()
-    HTTP_LATENCY.labels(method, route).observe(seconds)
+    key = (method, route, status)
+    children = _request_children.get(key)
+    if children is None:
+        children = (
+            HTTP_REQUESTS.labels(method, route, str(status)),
+            HTTP_LATENCY.labels(method, route),
+        )
+        _request_children[key] = children
+    children[0].inc()
+    children[1].observe(seconds)
 
 
 def record_assignment(mode: str, mirrors: int | None = None) -> None:
-    ASSIGNMENTS.labels(mode).inc()
+    child = _assignment_children.get(mode)
+    if child is None:
+        child = _assignment_children[mode] = ASSIGNMENTS.labels(mode)
+    child.inc()
     if mirrors is not None:
         ASSIGNED_MIRRORS.observe(mirrors)
 

@@ -251,13 +251,20 @@ class RankingTable:
     expected: list[float | None]
     w: np.ndarray  # weight per variable position
     row_of: dict[int, int]
-    have: np.ndarray = field(init=False)  # ~isnan(x), precomputed for the hot path
-    x0: np.ndarray = field(init=False)  # x with 0 where missing
+    w_list: list[float] = field(init=False)
+    # For the hot path: q[k] stacks x with 0 where missing, "has a value" (0/1),
+    # c, and c * x, so one gather and one sum serve a whole request.
+    q: np.ndarray = field(init=False)  # (n, 4, len(VARIABLES))
+    key_list: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
         have = ~np.isnan(self.x)
-        object.__setattr__(self, "have", have)
-        object.__setattr__(self, "x0", np.where(have, self.x, 0.0))
+        x0 = np.where(have, self.x, 0.0)
+        c = np.where(have, self.c, 0.0)
+        q = np.ascontiguousarray(np.stack([x0, have.astype(float), c, c * x0], axis=1))
+        object.__setattr__(self, "q", q)
+        object.__setattr__(self, "key_list", self.keys.tolist())
+        object.__setattr__(self, "w_list", self.w.tolist())
 
 
 def build_table(
@@ -304,36 +311,52 @@ _NO_EXPLAIN: dict[str, float] = {}
 
 def rank_rows_lazy(table: RankingTable, rows: Sequence[int]) -> RankedRows:
     """Rank the mirrors at ``rows`` of ``table`` among themselves, best first
-    (ties: lower key first). The candidate set defines m in eq. 1 and 2."""
+    (ties: lower key first). The candidate set defines m in eq. 1 and 2.
+
+    Per variable j, with f_j = (n_have / m) / sum of x over the mirrors that have
+    it (eq. 1 over them, scaled to their share of the mass) and the neutral 1/m:
+    S_kj = c_kj * x_kj * f_j + (1 - c_kj) / m for a mirror with a value (confidence
+    c blends toward neutral), 1/m without one; then S_j is normalised to sum 1.
+    The column sums follow from the per-variable totals, so the whole ranking is
+    a handful of array operations on the (m x variables) rows."""
     m = len(rows)
     if m == 0:
         return RankedRows([], (), {})
     idx = np.asarray(rows, dtype=np.intp)
-    c = table.c[idx]
+    q = table.q[idx]  # (m, 4, V): x0, have, c, c*x0
+    total, n_have, sum_c, sum_cx = q.sum(axis=0).tolist()
     neutral = 1.0 / m
-    have = table.have[idx]
-    n_have = have.sum(axis=0)
-    x0 = table.x0[idx]
-    total = x0.sum(axis=0)
-    # Eq. 1 over the mirrors that have data, scaled to their share of the mass
-    # (n_have / m); the others are neutral (1/m); confidence blends toward neutral.
-    f = np.divide(n_have / m, total, out=np.zeros(total.shape), where=total > 0)
-    base = np.where(f > 0, x0 * f, neutral)
-    s = np.where(have, c * base + (1.0 - c) * neutral, neutral)
-    s /= s.sum(axis=0)
-    # Variables nobody here has, or with weight 0, are skipped; weights renormalised.
-    used = (n_have > 0) & (table.w > 0)
-    w = np.where(used, table.w, 0.0)
-    w_sum = float(w.sum())
-    score = (s @ w / w_sum).tolist() if w_sum > 0 else [neutral] * m
-    cols = np.flatnonzero(used)
-    names = tuple(VARIABLES[j] for j in cols)
-    keys = table.keys[idx].tolist()
+    w_all = table.w_list
+    f = [0.0] * len(VARIABLES)
+    g = [0.0] * len(VARIABLES)  # neutral where f > 0: S = 1/m + f*c*x - g*c
+    colsum = [1.0] * len(VARIABLES)
+    used: list[int] = []
+    for j in range(len(VARIABLES)):
+        if total[j] > 0:
+            f[j] = (n_have[j] / m) / total[j]
+            g[j] = neutral
+            colsum[j] = m * neutral + f[j] * sum_cx[j] - neutral * sum_c[j]
+        # Variables nobody here has, or with weight 0, are skipped; weights renormalised.
+        if n_have[j] > 0 and w_all[j] > 0:
+            used.append(j)
+    s = neutral + q[:, 3, :] * np.array(f) - q[:, 2, :] * np.array(g)
+    w_sum = math.fsum(w_all[j] for j in used)
+    if w_sum > 0:
+        wn = [0.0] * len(VARIABLES)
+        for j in used:
+            wn[j] = w_all[j] / (colsum[j] * w_sum)
+        score = (s @ np.array(wn)).tolist()
+    else:
+        score = [neutral] * m
+    names = tuple(VARIABLES[j] for j in used)
+    per_var = (s[:, used] * np.array([1.0 / colsum[j] for j in used])).tolist()
+    key_list = table.key_list
+    keys = [key_list[r] for r in rows]
     expected = table.expected
     ranks = [MirrorRank(keys[k], score[k], _NO_EXPLAIN, expected[rows[k]]) for k in range(m)]
     ranks.sort(key=lambda r: (-r.suitability, r.key))
     # zip without strict=: same length by construction, and this is the hot path.
-    return RankedRows(ranks, names, dict(zip(keys, s[:, cols].tolist())))  # noqa: B905
+    return RankedRows(ranks, names, dict(zip(keys, per_var)))  # noqa: B905
 
 
 def rank_rows(table: RankingTable, rows: Sequence[int]) -> list[MirrorRank]:

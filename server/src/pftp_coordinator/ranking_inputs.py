@@ -526,7 +526,12 @@ class SnapshotCache:
                 snap = self._snapshot
             assert snap is not None
             return snap
-        if self._clock() - snap.taken_at >= self._settings.snapshot_refresh_s:
+        refresh_s = self._settings.snapshot_refresh_s
+        # With the periodic thread running, a request triggers a refresh only when
+        # that thread has fallen behind; otherwise both would refresh (twice the
+        # database and CPU work for the same freshness).
+        limit = refresh_s if self._thread is None else 2 * refresh_s
+        if self._clock() - snap.taken_at >= limit:
             self._refresh_in_background()
         return snap
 
@@ -566,13 +571,17 @@ class SnapshotCache:
 
     def _loop(self) -> None:
         interval = self._settings.snapshot_refresh_s
-        while not self._stop.wait(interval):
+        wait_s = interval
+        while not self._stop.wait(wait_s):
+            started = time.monotonic()
             with self._lock:
                 try:
                     self._refresh_locked()
                 except Exception as exc:  # keep serving the old snapshot
                     self.last_error = f"{type(exc).__name__}: {exc}"
                     log.exception("ranking snapshot refresh failed; keeping the previous one")
+            # A new snapshot every `interval`, however long the refresh took.
+            wait_s = max(0.05 * interval, interval - (time.monotonic() - started))
 
     def _refresh_in_background(self) -> None:
         # A separate small lock for the flag: the request path must never wait
