@@ -41,7 +41,7 @@ bench: install system-deps
 bench-quick: install system-deps
 	$(PY) -m bench.lab_bench --quick
 
-bench-coordinator: install
+bench-coordinator: install system-deps
 	$(PY) -m bench.coordinator_bench
 
 bench-congestion: install system-deps

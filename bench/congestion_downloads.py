@@ -151,6 +151,63 @@ def measure_downloads(runs: int = 5, seed: int = 6) -> dict:
     return result
 
 
+CLI_CASES = ["no-congestion", "congested-off", "congested-app", "congested-auto"]
+
+
+def measure_cli_downloads(runs: int = 3, seed: int = 6, prefix: str = "cg") -> dict:
+    """The same fig 12 topology through the real command line: ``pftp get --mirror
+    m0..m3 --backup m4 --congestion {off,app,auto}`` (dynamic mode, every adaptation
+    of the engine on, Slow-Server-Algo included). ``auto`` as root = packet capture."""
+    from bench.congestion_topology import HTTP_PORT, Link, Topology
+
+    rng = random.Random(seed)
+    size = FILE_MB << 20
+    pftp = str(Path(sys.executable).parent / "pftp")
+    times: dict[str, list[float]] = {c: [] for c in CLI_CASES}
+    drops: dict[str, list] = {c: [] for c in CLI_CASES}
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}-cli-") as tmp:
+        www = Path(tmp) / "www"
+        www.mkdir()
+        data = np.random.default_rng(seed).bytes(size)
+        (www / "file.bin").write_bytes(data)
+        import hashlib
+
+        sha = hashlib.sha256(data).hexdigest()
+        links = [Link(LINK_MBIT * 1_000_000, 2)] + [Link(LINK_MBIT * 1_000_000, 1)] * 3
+        with Topology(links, http_root=www, prefix=prefix) as topo:
+            urls = [f"http://{a}:{HTTP_PORT}/file.bin" for a in topo.mirror_addrs]
+            for run in range(runs):
+                order = CLI_CASES[:]
+                rng.shuffle(order)
+                for case in order:
+                    shared_rate = 2 * LINK_MBIT if case == "no-congestion" else LINK_MBIT
+                    topo.shape(0, shared_rate * 1_000_000)
+                    mode = {"no-congestion": "off"}.get(case, case.split("-")[-1])
+                    out = Path(tmp) / "out.bin"
+                    argv = [pftp, "get", *[x for u in urls[:4] for x in ("--mirror", u)],
+                            "--backup", urls[4], "--sha256", sha, "-o", str(out), "--json",
+                            "--quiet", "--no-discovery", "--restart", "--congestion", mode]
+                    res = topo.run_in_client(argv, timeout=300)
+                    out.unlink(missing_ok=True)
+                    if res.returncode != 0:
+                        raise RuntimeError(f"pftp get failed: {res.stderr[-3000:]}")
+                    info = json.loads(res.stdout)
+                    cong = info["congestion"]
+                    times[case].append(info["seconds"])
+                    drops[case].append([(e["dropped"], e["source"], e["at_s"], e["packets"])
+                                        for e in cong.get("events", [])])
+                    print(f"cli run {run} {case}: {info['seconds']} s source={cong['source']} "
+                          f"events={drops[case][-1]}", flush=True)
+    base = float(np.median(times["no-congestion"]))
+    return {
+        c: {"median_seconds": round(float(np.median(times[c])), 2), "runs": len(times[c]),
+            "seconds": times[c], "vs_no_congestion": round(float(np.median(times[c])) / base - 1,
+                                                           3),
+            "drops": drops[c]}
+        for c in CLI_CASES
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "client":
@@ -158,7 +215,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--cli", action="store_true",
+                    help="download with the real `pftp get` (--congestion off/app/auto)")
+    ap.add_argument("--prefix", default="cg", help="namespace prefix")
     args = ap.parse_args(argv)
+    if args.cli:
+        print(json.dumps(measure_cli_downloads(args.runs, prefix=args.prefix), indent=2))
+        return
     print(json.dumps(measure_downloads(args.runs), indent=2))
 
 

@@ -70,6 +70,7 @@ class Topology:
     queue_ms: float = 40.0
     http_root: Path | None = None  # also serve this directory over HTTP (nginx, port 80)
     tag: str = field(default_factory=lambda: secrets.token_hex(2))
+    prefix: str = "cg"  # namespace prefix: each helper/test suite owns its own
     procs: list[subprocess.Popen] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
     mirror_addrs: list[str] = field(default_factory=list)  # index = mirror number
@@ -78,10 +79,10 @@ class Topology:
 
     @property
     def client_ns(self) -> str:
-        return f"cg{self.tag}-c"
+        return f"{self.prefix}{self.tag}-c"
 
     def _ns(self, name: str) -> str:
-        ns = f"cg{self.tag}-{name}"
+        ns = f"{self.prefix}{self.tag}-{name}"
         sh(["ip", "netns", "add", ns])
         self.namespaces.append(ns)
         sh(["ip", "-n", ns, "link", "set", "lo", "up"])
@@ -166,7 +167,7 @@ class Topology:
         """(Re)shape link ``link``: tbf with a small burst (a few packets, so that
         packets leave a busy link one transmission time apart) and a queue of
         ``queue_ms``."""
-        router = f"cg{self.tag}-b{link}"
+        router = f"{self.prefix}{self.tag}-b{link}"
         burst = max(4 * MTU_BYTES, rate_bps // 8 // 1000)  # >= 1 ms worth
         limit = max(int(rate_bps / 8 * self.queue_ms / 1000), 8 * MTU_BYTES)
         sh(["tc", "-n", router, "qdisc", "replace", "dev", "to-c", "root", "tbf", "rate",
@@ -197,7 +198,7 @@ class Topology:
         started = [self._spawn(self.client_ns, ["iperf3", "-s", "-p", str(CROSS_PORT)])]
         time.sleep(0.5)
         for j, addr in self.cross_addrs.items():
-            started.append(self._spawn(f"cg{self.tag}-x{j}", [
+            started.append(self._spawn(f"{self.prefix}{self.tag}-x{j}", [
                 "iperf3", "-c", f"10.88.{j}.1", "-p", str(CROSS_PORT),
                 "-t", str(max(1, round(seconds))), "-B", addr]))
         return started

@@ -7,9 +7,12 @@
    congestion penalties.
 2. Starts `pftp-coordinator serve --workers N` (scheduler off: the mirrors are
    fictitious `.invalid` hosts that must never be contacted).
-3. Drives POST /api/v1/assignments from a separate load-generator process (raw
-   asyncio keep-alive HTTP/1.1 over loopback, C connections, closed loop), random
-   files and access bandwidths, and records every latency.
+3. Drives POST /api/v1/assignments from a separate load-generator process over
+   loopback (C keep-alive connections, closed loop; random files, access
+   bandwidths and protocol lists): `wrk` with bench/coordinator_wrk.lua when it is
+   installed (C, a few percent of a core: the server gets the CPU), else a raw
+   asyncio HTTP/1.1 client in Python (which itself needs ~a third of a core per
+   1,000 requests/s on this kind of machine, so it caps what can be measured).
 4. Writes bench/results/coordinator.json and drops the database.
 
 Figures are printed, never asserted: this is a benchmark, not a test.
@@ -22,6 +25,8 @@ import asyncio
 import json
 import os
 import random
+import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -388,6 +393,92 @@ def load_generator_main(args: argparse.Namespace) -> None:
     print(json.dumps(out))
 
 
+WRK_SCRIPT = ROOT / "bench" / "coordinator_wrk.lua"
+
+
+def _run_wrk(
+    port: int, bodies_file: Path, *, connections: int, threads: int, seconds: float
+) -> dict:
+    """One wrk run; the Lua script's summary line as a dict."""
+    out = subprocess.run(
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{max(1, round(seconds))}s",
+            "--timeout",
+            "10s",
+            "-s",
+            str(WRK_SCRIPT),
+            f"http://127.0.0.1:{port}",
+            "--",
+            str(bodies_file),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=seconds + 120,
+    )
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"wrk printed no summary: {out.stdout}\n{out.stderr}")
+    return json.loads(lines[-1])
+
+
+def _children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_wrk_load(
+    port: int, file_ids: list[int], args: argparse.Namespace, server_pid: int
+) -> tuple[dict, float, float]:
+    """Warm-up run, then the measured run. Returns (result like the Python
+    generator's, server CPU seconds and load-generator CPU seconds of the
+    measured run)."""
+    bodies_file = Path(f"/tmp/pftp_bench_bodies_{os.getpid()}.txt")
+    bodies_file.write_bytes(b"\n".join(_bodies(file_ids, args.seed)) + b"\n")
+    try:
+        if args.warmup > 0:
+            _run_wrk(
+                port,
+                bodies_file,
+                connections=args.connections,
+                threads=args.wrk_threads,
+                seconds=args.warmup,
+            )
+        cpu0, gen0 = _tree_cpu_s(server_pid), _children_cpu_s()
+        res = _run_wrk(
+            port,
+            bodies_file,
+            connections=args.connections,
+            threads=args.wrk_threads,
+            seconds=args.duration,
+        )
+        server_cpu_s = _tree_cpu_s(server_pid) - cpu0
+        gen_cpu_s = _children_cpu_s() - gen0
+    finally:
+        bodies_file.unlink(missing_ok=True)
+    elapsed = res["duration_us"] / 1e6
+    n = int(res["requests"])
+    errors = {k[4:]: int(v) for k, v in res.items() if k.startswith("err_") and v}
+    out = {
+        "requests": n,
+        "elapsed_s": elapsed,
+        "throughput_rps": round(n / elapsed, 1) if elapsed > 0 else 0.0,
+        "latency_ms": {
+            "p50": round(res["p50_us"] / 1000, 2),
+            "p95": round(res["p95_us"] / 1000, 2),
+            "p99": round(res["p99_us"] / 1000, 2),
+            "max": round(res["max_us"] / 1000, 2),
+        },
+        # wrk counts non-2xx/3xx answers as "status" errors, plus socket errors.
+        "errors": sum(errors.values()),
+        "error_samples": [f"{k}: {v}" for k, v in sorted(errors.items())],
+    }
+    return out, server_cpu_s, gen_cpu_s
+
+
 # --- orchestration ------------------------------------------------------------------
 
 
@@ -441,6 +532,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--generator",
+        choices=("auto", "wrk", "python"),
+        default="auto",
+        help="load generator: wrk (if installed, the default) or the built-in Python one",
+    )
+    ap.add_argument("--wrk-threads", type=int, default=1)
     ap.add_argument("--keep-db", action="store_true", help="do not drop the database afterwards")
     ap.add_argument("--db", help="reuse this already loaded database name (skips the load)")
     ap.add_argument("--output", type=Path, default=RESULTS)
@@ -517,41 +615,54 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.connections} connections for {args.duration:.0f} s ...",
             flush=True,
         )
-        cpu0 = _tree_cpu_s(server.pid)
+        generator = args.generator
+        if generator == "auto":
+            generator = "wrk" if shutil.which("wrk") else "python"
         load0 = os.getloadavg()[0]
-        gen = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "bench.coordinator_bench",
-                "--load-generator",
-                "--port",
-                str(port),
-                "--file-ids",
-                str(ids_file),
-                "--connections",
-                str(args.connections),
-                "--duration",
-                str(args.duration),
-                "--warmup",
-                str(args.warmup),
-                "--seed",
-                str(args.seed),
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=args.duration + args.warmup + 120,
-        )
-        server_cpu_s = _tree_cpu_s(server.pid) - cpu0
+        if generator == "wrk":
+            res, server_cpu_s, gen_cpu_s = run_wrk_load(port, servable, args, server.pid)
+            # CPU of the measured run only.
+            cpu_per_req_us = server_cpu_s / res["requests"] * 1e6 if res["requests"] else None
+            gen_label = f"wrk ({args.wrk_threads} thread(s), bench/coordinator_wrk.lua)"
+        else:
+            cpu0 = _tree_cpu_s(server.pid)
+            gen0 = _children_cpu_s()
+            gen = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.coordinator_bench",
+                    "--load-generator",
+                    "--port",
+                    str(port),
+                    "--file-ids",
+                    str(ids_file),
+                    "--connections",
+                    str(args.connections),
+                    "--duration",
+                    str(args.duration),
+                    "--warmup",
+                    str(args.warmup),
+                    "--seed",
+                    str(args.seed),
+                ],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=args.duration + args.warmup + 120,
+            )
+            server_cpu_s = _tree_cpu_s(server.pid) - cpu0
+            gen_cpu_s = _children_cpu_s() - gen0
+            res = json.loads(gen.stdout.strip().splitlines()[-1])
+            # CPU per answer (includes warm-up requests, which are not counted: an
+            # overestimate).
+            total_req = res["requests"] * (args.duration + args.warmup) / args.duration
+            cpu_per_req_us = server_cpu_s / total_req * 1e6 if total_req else None
+            gen_label = "python asyncio (uvloop) generator"
         load1 = os.getloadavg()[0]
-        res = json.loads(gen.stdout.strip().splitlines()[-1])
-        # CPU per answer (includes warm-up requests, which are not counted: an
-        # overestimate). On a busy shared machine this, not wall-clock throughput,
-        # is the figure that carries over.
-        total_req = res["requests"] * (args.duration + args.warmup) / args.duration
-        cpu_per_req_us = server_cpu_s / total_req * 1e6 if total_req else None
+        # On a busy shared machine CPU per answer, not wall-clock throughput, is
+        # the figure that carries over.
         result = {
             "mirrors": args.mirrors,
             "files": args.files,
@@ -570,6 +681,8 @@ def main(argv: list[str] | None = None) -> int:
                 "startup_s": round(startup_s, 1),
                 "server_cpu_s": round(server_cpu_s, 2),
                 "server_cpu_per_request_us": round(cpu_per_req_us, 1) if cpu_per_req_us else None,
+                "load_generator": gen_label,
+                "load_generator_cpu_s": round(gen_cpu_s, 2),
                 "loadavg_1m_before_after": [round(load0, 2), round(load1, 2)],
                 "db_load_s": stats.get("load_s"),
                 "cpus": os.cpu_count(),

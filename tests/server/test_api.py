@@ -286,3 +286,55 @@ def test_a_write_is_visible_to_the_next_request(sqlite_url: str, tmp_path: Path)
             _add_mirror(client, f"w{i}", f"ftp://127.0.0.1:{3000 + i}/")
             r = client.post("/api/v1/admin/mirrors/" + f"w{i}" + "/disable", headers=AUTH)
             assert r.status_code == 200, r.text
+
+
+def test_reported_congested_pair_is_not_assigned_together(sqlite_url: str, tmp_path: Path) -> None:
+    # Issue 6: a client reports m0 and m1 behind one congested link (what pftp_client
+    # puts in MirrorReport.congested / congested_with); the next client gets at most
+    # one of them as an active mirror, the other as a backup (paper 001 Shared-Con-Algo).
+    with running_app(sqlite_url, tmp_path) as client:
+        _seed(client, mirrors=3)
+        first = _assigned_mirrors(client, 3)
+        assert {a["mirror"] for a in first["assignments"]} >= {"m0", "m1"}
+        report = {
+            "request_id": first["request_id"],
+            "file": "iso/big.iso",
+            "size": SIZE,
+            "seconds": 2.0,
+            "sha256_ok": True,
+            "mirrors": [
+                {
+                    "mirror": "m0",
+                    "bytes": 600_000,
+                    "seconds": 2.0,
+                    "throughput_bps": 2_400_000,
+                    "congested_with": ["m1"],
+                },
+                {
+                    "mirror": "m1",
+                    "bytes": 400_003,
+                    "seconds": 2.0,
+                    "throughput_bps": 1_600_012,
+                    "congested": True,
+                    "congested_with": ["m0"],
+                },
+            ],
+        }
+        assert client.post("/api/v1/reports", json=report).status_code == 200
+
+        def pair_split():
+            r = _assign(client, access_bandwidth_bps=None, protocols=["ftp"])
+            if r.status_code != 200:
+                return None
+            active = {a["mirror"] for a in r.json()["assignments"]}
+            return r.json() if not {"m0", "m1"} <= active else None
+
+        after = wait_until(pair_split, what="an assignment without both m0 and m1")
+        active = {a["mirror"] for a in after["assignments"]}
+        backups = {b["mirror"] for b in after["backups"]}
+        assert len(active & {"m0", "m1"}) == 1 and "m2" in active
+        assert {"m0", "m1"} - active <= backups
+        # it stays split (not a one-off): the penalty lasts congestion_penalty_s
+        for _ in range(5):
+            again = {a["mirror"] for a in _assign(client, protocols=["ftp"]).json()["assignments"]}
+            assert not {"m0", "m1"} <= again

@@ -75,6 +75,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="mirror URL; repeat for several",
     )
+    get.add_argument(
+        "--backup",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="mirror URL kept in reserve (replaces a failed, slow or congested mirror)",
+    )
+    get.add_argument(
+        "--congestion",
+        choices=["auto", "off", "packet", "kernel", "app"],
+        default="auto",
+        help="shared-congestion detection and its timestamp source: auto = packet capture "
+        "(root/CAP_NET_RAW) > kernel receive times (FTP) > receive-call times (default: auto)",
+    )
     get.add_argument("--output", "-o", type=Path, default=None, help="where to put the file")
     get.add_argument(
         "--coordinator",
@@ -110,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
 def get(
     name: str | None = None,
     mirror: list[str] | None = None,
+    backup: list[str] | None = None,
+    congestion: str = "auto",
     output: Path | None = None,
     coordinator: str | None = None,
     sha256: str | None = None,
@@ -140,6 +156,8 @@ def get(
         summary = download(
             name,
             mirrors=mirrors,
+            backups=list(backup or []),
+            congestion=congestion,
             output=output,
             coordinator=coordinators,
             sha256=sha256,

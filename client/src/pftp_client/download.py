@@ -19,6 +19,14 @@ from urllib.parse import unquote, urlsplit
 
 from pftp_client import control_file
 from pftp_client.access_bandwidth import access_bandwidth
+from pftp_client.congestion_wiring import (
+    MODES as CONGESTION_MODES,
+)
+from pftp_client.congestion_wiring import (
+    CongestionSession,
+    CongestionSourceUnavailable,
+    congested_with,
+)
 from pftp_client.control_file import ControlState, ResumeMismatch, ctl_path
 from pftp_client.coordinator import (
     CoordinatorError,
@@ -132,6 +140,7 @@ def download(
     name: str | None = None,
     *,
     mirrors: Sequence[str] = (),
+    backups: Sequence[str] = (),
     output: str | os.PathLike[str] | None = None,
     coordinator: str | Sequence[str] | None = None,
     sha256: str | None = None,
@@ -143,6 +152,7 @@ def download(
     detector_factory: DetectorFactory | None = None,
     open_fetcher: Callable[..., RangeFetcher] = default_open_fetcher,
     report: bool = True,
+    congestion: str = "auto",
 ) -> DownloadSummary:
     """Download ``name`` (via the coordinator) or the file behind ``mirrors``.
 
@@ -151,6 +161,13 @@ def download(
       parallel access) or, when ``name`` is a URL, to a plain download of it.
     - otherwise: dynamic parallel access (paper 000) over ``mirrors``.
     ``resume=False`` discards an interrupted download of the same target.
+    ``backups``: mirror URLs kept in reserve in dynamic mode (started when a flow
+    fails, is cut for slowness or dropped for shared congestion).
+    ``congestion``: shared-congestion detection (issue 6) on every download with
+    two or more active mirrors: ``auto`` picks the best timestamp source (packet
+    capture > kernel receive times > receive-call times), ``packet``/``kernel``/
+    ``app`` insist on one (UsageError when unavailable), ``off`` disables it. A
+    ``detector_factory`` given by the caller replaces it.
 
     Raises UsageError, CoordinatorError, ResumeMismatch, NoMirrorCouldServe,
     VerificationFailed (see cli.py for the exit codes they map to).
@@ -164,10 +181,17 @@ def download(
         if progress is not None:
             progress.message(text)
 
+    if congestion not in CONGESTION_MODES:
+        raise UsageError(
+            f"unknown congestion mode {congestion!r}; choose from {', '.join(CONGESTION_MODES)}"
+        )
     urls = [check_url_or_usage(u) for u in mirrors]
+    spare = [check_url_or_usage(u) for u in backups if u not in mirrors]
     if name and _looks_like_url(name):
         check_url_or_usage(name)
         urls = [name, *[u for u in urls if u != name]]
+    if spare and not urls:
+        raise UsageError("--backup needs at least one --mirror URL")
     if not name and not urls:
         raise UsageError("give a file name (with a coordinator) or at least one --mirror URL")
     if sha256 is not None:
@@ -218,7 +242,7 @@ def download(
 
     fetcher_cache: dict[str, list[RangeFetcher]] = {}
     if plan is None:
-        sizes, probed = _probe_sizes(urls, open_fetcher, cfg.timeout, say)
+        sizes, probed = _probe_sizes([*urls, *spare], open_fetcher, cfg.timeout, say)
         for u, f in probed.items():
             fetcher_cache.setdefault(u, []).append(f)
         if not sizes:
@@ -226,7 +250,8 @@ def download(
             raise NoMirrorCouldServe("no mirror could be reached or reported the file size")
         size, agree = _majority_size(sizes, say)
         ident = FileIdentity(name=_basename(name or urls[0]), size=size, sha256=sha256)
-        plan = dynamic_plan(ident, agree)
+        active = [u for u in agree if u not in spare] or agree[:1]
+        plan = dynamic_plan(ident, active, [u for u in agree if u not in active])
 
     target = _output_path(output, name or urls[0])
     try:
@@ -239,6 +264,7 @@ def download(
             say=say,
             notes=notes,
             detector_factory=detector_factory,
+            congestion=congestion,
             open_fetcher=_cached_opener(open_fetcher, fetcher_cache),
             coordinator=used_coordinator if report else None,
             access_bw=bw,
@@ -270,6 +296,20 @@ def _cached_opener(
     return opener
 
 
+def _with_kernel_timestamps(
+    open_fetcher: Callable[..., RangeFetcher],
+) -> Callable[..., RangeFetcher]:
+    """Fetchers that can (FTP) pass kernel receive times as arrival_ns."""
+
+    def opener(url: str, **kw: Any) -> RangeFetcher:
+        f = open_fetcher(url, **kw)
+        if hasattr(f, "kernel_timestamps"):
+            f.kernel_timestamps = True  # type: ignore[attr-defined]
+        return f
+
+    return opener
+
+
 def _close_cache(cache: dict[str, list[RangeFetcher]]) -> None:
     for fs in cache.values():
         while fs:
@@ -286,6 +326,7 @@ def _run_plan(
     say: Callable[[str], None],
     notes: list[str],
     detector_factory: DetectorFactory | None,
+    congestion: str,
     open_fetcher: Callable[..., RangeFetcher],
     coordinator: str | None,
     access_bw: int | None,
@@ -330,6 +371,24 @@ def _run_plan(
             state.done, state.written_by = committed, runs
             control_file.save(ctl, state)
 
+    session: CongestionSession | None = None
+    if detector_factory is None:
+        try:
+            session = CongestionSession(
+                congestion,
+                active=[(m.name, m.url, m.suitability) for m in plan.active],
+                backups=[(m.name, m.url, m.suitability) for m in plan.backups],
+                rank_by_rate=plan.mode != "coordinated",
+                say=say,
+                t0=t0,
+            )
+        except CongestionSourceUnavailable as exc:
+            part.close()
+            raise UsageError(str(exc)) from exc
+        session.start()
+        detector_factory = session.factory()
+        if session.kernel_timestamps:
+            open_fetcher = _with_kernel_timestamps(open_fetcher)
     hasher = PrefixHasher(part)
     engine = DownloadEngine(
         plan=plan,
@@ -365,6 +424,14 @@ def _run_plan(
             ticker_stop.set()
             if ticker.is_alive():
                 ticker.join()
+            if session is not None:
+                session.stop()
+        congestion_info = (
+            session.summary() if session is not None else {"mode": "custom", "source": None}
+        )
+        shared_with = congested_with(congestion_info.get("events", []))
+        for s in result.mirrors:
+            s.congested_with = list(shared_with.get(s.name, []))
         digest = hasher.finish(ident.size)
         events = list(result.events)
         refetched = result.refetched_bytes
@@ -426,6 +493,7 @@ def _run_plan(
             coordinator=coordinator,
             access_bandwidth_bps=access_bw,
             notes=notes,
+            congestion=congestion_info,
         )
     finally:
         hasher.close()
@@ -457,6 +525,7 @@ def _report(coordinator: str, summary: DownloadSummary, say: Callable[[str], Non
                 failures=m.failures,
                 slow=m.slow,
                 congested=m.congested,
+                congested_with=list(m.congested_with),
                 bad_data=m.corrupt,
             )
             for m in summary.mirrors

@@ -9,6 +9,7 @@ message says exactly what is wrong.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
@@ -169,11 +170,23 @@ def mirror_name(url: str, taken: set[str]) -> str:
     return name
 
 
-def dynamic_plan(file: FileIdentity, urls: list[str]) -> Plan:
+def dynamic_plan(file: FileIdentity, urls: list[str], backups: Sequence[str] = ()) -> Plan:
+    """Every URL in ``urls`` active (paper 000); ``backups`` are kept in reserve for
+    failed, slow or congestion-dropped flows (paper 001)."""
     if not urls:
         raise PlanError("no mirror URL given")
     taken: set[str] = set()
     mirrors = []
     for u in dict.fromkeys(urls):  # drop repeated URLs, keep order
         mirrors.append(MirrorSource(mirror_name(check_url(u), taken), u))
-    return Plan(file=file, mode="dynamic" if len(mirrors) > 1 else "single", active=tuple(mirrors))
+    spare = [
+        MirrorSource(mirror_name(check_url(u), taken), u)
+        for u in dict.fromkeys(backups)
+        if u not in urls
+    ]
+    return Plan(
+        file=file,
+        mode="dynamic" if len(mirrors) > 1 else "single",
+        active=tuple(mirrors),
+        backups=tuple(spare),
+    )

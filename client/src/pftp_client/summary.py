@@ -30,6 +30,8 @@ class MirrorStats:
     seconds: float = 0.0  # time spent fetching
     failures: int = 0
     events: list[str] = field(default_factory=list)
+    # mirrors this one was found to share a congested link with (issue 6)
+    congested_with: list[str] = field(default_factory=list)
 
     @property
     def rate_bps(self) -> float:
@@ -68,6 +70,10 @@ class DownloadSummary:
     coordinator: str | None = None
     access_bandwidth_bps: int | None = None
     notes: list[str] = field(default_factory=list)
+    # shared-congestion detection: {"mode", "source", "sources_used", "detector",
+    # "events": [{"at_s", "mirrors", "kept", "dropped", "source", "confidence",
+    # "packets", ...}]}; source None = not attached (off, one mirror, own detector)
+    congestion: dict[str, Any] = field(default_factory=dict)
 
     @property
     def fetched_bytes(self) -> int:

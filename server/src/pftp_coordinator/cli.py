@@ -156,8 +156,9 @@ def serve(
         "host": host or settings.host,
         "port": port or settings.port,
         "log_config": None,
-        "access_log": False,
+        "access_log": False,  # our middleware logs each request (with its id)
         "lifespan": "on",
+        "http": _http_protocol(),
     }
     if workers == 1:
         from pftp_coordinator.api.app import create_app
@@ -166,6 +167,17 @@ def serve(
     else:
         # Each worker builds its own app from the environment (see main_options).
         uvicorn.run("pftp_coordinator.api.app:create_app", factory=True, workers=workers, **common)
+
+
+def _http_protocol() -> str:
+    """uvicorn's httptools protocol with one write per response (see http_protocol.py)."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return "auto"
+    from pftp_coordinator.http_protocol import PROTOCOL_PATH
+
+    return PROTOCOL_PATH
 
 
 # --- mirrors ------------------------------------------------------------------------

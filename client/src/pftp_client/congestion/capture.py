@@ -17,6 +17,7 @@ import select
 import socket
 import struct
 import threading
+from collections import deque
 from collections.abc import Iterable
 
 import numpy as np
@@ -31,7 +32,7 @@ SNAPLEN = 128
 FlowKey = tuple[str, int, int]  # (remote ip, remote port, local port)
 
 # classic BPF opcodes (linux/filter.h)
-_LDH_ABS, _LDB_ABS, _LDH_IND, _LDXB_MSH = 0x28, 0x30, 0x48, 0xB1
+_LD_ABS, _LDH_ABS, _LDB_ABS, _LDH_IND, _LDXB_MSH = 0x20, 0x28, 0x30, 0x48, 0xB1
 _JEQ_K, _JSET_K, _RET_K = 0x15, 0x45, 0x06
 
 
@@ -75,6 +76,37 @@ def source_port_filter(
     if any(not 0 <= jt <= 255 or not 0 <= jf <= 255 for _, jt, jf, _ in out):
         raise ValueError("BPF program too long")
     return out
+
+
+def source_address_filter(
+    addresses: Iterable[str], snaplen: int = SNAPLEN
+) -> list[tuple[int, int, int, int]]:
+    """cBPF program: accept IPv4 TCP frames (not fragments) whose *source address*
+    is one of ``addresses``. Used for FTP, whose passive data ports are not known
+    in advance; the flows are then told apart by address in Python."""
+    ips = sorted({int(ipaddress.IPv4Address(a)) for a in addresses})
+    if not ips or len(ips) > 100:
+        raise ValueError("need 1-100 IPv4 source addresses")
+    n = len(ips)
+    # [0] ldh ethertype, [1] jeq v4, [2] ldb proto, [3] jeq tcp, [4] ldh frag,
+    # [5] jset frag, [6] ld src, [7..7+n) jeq ip, accept, reject
+    accept, reject = 7 + n, 8 + n
+    prog = [
+        (_LDH_ABS, 0, 0, 12),
+        (_JEQ_K, 0, reject - 2, 0x0800),
+        (_LDB_ABS, 0, 0, 23),
+        (_JEQ_K, 0, reject - 4, 6),
+        (_LDH_ABS, 0, 0, 20),
+        (_JSET_K, reject - 6, 0, 0x1FFF),
+        (_LD_ABS, 0, 0, 26),
+    ]
+    for i, ip in enumerate(ips):
+        at = 7 + i
+        prog.append((_JEQ_K, accept - at - 1, 0 if i < n - 1 else reject - at - 1, ip))
+    prog += [(_RET_K, 0, 0, snaplen), (_RET_K, 0, 0, 0)]
+    if any(not 0 <= jt <= 255 or not 0 <= jf <= 255 for _, jt, jf, _ in prog):
+        raise ValueError("BPF program too long")
+    return prog
 
 
 def attach_filter(sock: socket.socket, prog: list[tuple[int, int, int, int]]) -> None:
@@ -140,14 +172,22 @@ class PacketCapture:
 
     source = TimestampSource.PACKET_AF_PACKET
 
-    def __init__(self, server_ports: Iterable[int], *, interface: str | None = None,
-                 rcvbuf: int = 8 << 20) -> None:
+    def __init__(self, server_ports: Iterable[int] = (), *, interface: str | None = None,
+                 rcvbuf: int = 8 << 20, source_addresses: Iterable[str] = (),
+                 max_per_flow: int | None = None) -> None:
+        """Filter on the servers' source ports, or (``source_addresses``, IPv4 only)
+        on their addresses. ``max_per_flow`` bounds the packets kept per flow key
+        (the newest are kept); None keeps all (the recorder)."""
         self.ports = sorted({int(p) for p in server_ports})
+        self.addresses = sorted(set(source_addresses))
+        if not self.ports and not self.addresses:
+            raise ValueError("give the servers' ports or their addresses")
         self.interface = interface
         self.rcvbuf = rcvbuf
+        self.max_per_flow = max_per_flow
         self._lock = threading.Lock()
-        self._times: dict[FlowKey, list[int]] = {}
-        self._sizes: dict[FlowKey, list[int]] = {}
+        self._times: dict[FlowKey, deque[int]] = {}
+        self._sizes: dict[FlowKey, deque[int]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sock: socket.socket | None = None
@@ -158,7 +198,8 @@ class PacketCapture:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
             sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            attach_filter(sock, source_port_filter(self.ports))
+            attach_filter(sock, source_address_filter(self.addresses) if self.addresses
+                          else source_port_filter(self.ports))
             if self.interface:
                 sock.bind((self.interface, 0))
         except BaseException:
@@ -211,8 +252,12 @@ class PacketCapture:
         key = (_canonical_ip(seg[0]), seg[1], seg[2])
         with self._lock:
             self.packets_seen += 1
-            self._times.setdefault(key, []).append(ts)
-            self._sizes.setdefault(key, []).append(seg[3])
+            times = self._times.get(key)
+            if times is None:
+                times = self._times[key] = deque(maxlen=self.max_per_flow)
+                self._sizes[key] = deque(maxlen=self.max_per_flow)
+            times.append(ts)
+            self._sizes[key].append(seg[3])
         return True
 
     def stop(self) -> None:
@@ -236,20 +281,25 @@ class PacketCapture:
     def timestamps(self, key: FlowKey) -> np.ndarray:
         key = (_canonical_ip(key[0]), int(key[1]), int(key[2]))
         with self._lock:
-            return np.sort(np.asarray(self._times.get(key, ()), dtype=np.int64))
+            return np.sort(np.fromiter(self._times.get(key, ()), dtype=np.int64))
 
-    def timestamps_from(self, remote_ip: str, remote_port: int) -> np.ndarray:
-        """All data packets from one remote endpoint (any local port)."""
+    def timestamps_from(self, remote_ip: str, remote_port: int | None,
+                        exclude_port: int | None = None) -> np.ndarray:
+        """All data packets from one remote endpoint (any local port); with
+        ``remote_port`` None, from any port of that address but ``exclude_port``
+        (an FTP server: its passive data ports change with every transfer, the
+        control port only carries replies)."""
         ip = _canonical_ip(remote_ip)
         with self._lock:
-            parts = [np.asarray(v, dtype=np.int64) for k, v in self._times.items()
-                     if k[0] == ip and k[1] == int(remote_port)]
+            parts = [np.fromiter(v, dtype=np.int64) for k, v in self._times.items()
+                     if k[0] == ip and (k[1] == remote_port if remote_port is not None
+                                        else k[1] != exclude_port)]
         return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
     def sizes(self, key: FlowKey) -> np.ndarray:
         key = (_canonical_ip(key[0]), int(key[1]), int(key[2]))
         with self._lock:
-            return np.asarray(self._sizes.get(key, ()), dtype=np.int64)
+            return np.fromiter(self._sizes.get(key, ()), dtype=np.int64)
 
 
 def _canonical_ip(ip: str) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,11 +59,16 @@ class CongestionEvent:
     mirrors: list[str] = field(default_factory=list)
 
 
+# (ip, port) of a server; (ip, None, control_port) for an FTP server whose
+# data comes from any port of that address but the control port
+Remote = tuple[str, int] | tuple[str, None, int]
+
+
 @dataclass
 class _Flow:
     rank: float
     key: FlowKey | None
-    remote: tuple[str, int] | None = None
+    remote: Remote | None = None
 
 
 class SharedCongestionMonitor:
@@ -78,7 +83,10 @@ class SharedCongestionMonitor:
         capture: PacketCapture | None = None,
         app_source: TimestampSource = TimestampSource.APP_RECV,
         clock_ns: Callable[[], int] = time.monotonic_ns,
+        rank_now: Callable[[], Mapping[FlowId, float | None]] | None = None,
     ) -> None:
+        """``rank_now`` (optional) gives live ranks at each check (e.g. measured
+        rates in dynamic mode); a flow it gives None for keeps its static rank."""
         if detector not in DETECTORS:
             raise ValueError(f"unknown detector {detector!r}; choose from {sorted(DETECTORS)}")
         if interval_s <= 0 or window_packets < 20 or confirmations < 1:
@@ -92,6 +100,7 @@ class SharedCongestionMonitor:
         self.capture = capture
         self.app_source = app_source
         self.clock_ns = clock_ns
+        self.rank_now = rank_now
         self.events: list[CongestionEvent] = []
         self.last_grouping: Grouping | None = None
         self.last_source: TimestampSource | None = None
@@ -107,10 +116,14 @@ class SharedCongestionMonitor:
         flow_id: FlowId,
         rank: float,
         *,
-        remote: tuple[str, int] | None = None,
+        remote: Remote | None = None,
         local_port: int | None = None,
     ) -> None:
-        key = (remote[0], int(remote[1]), int(local_port)) if remote and local_port else None
+        key = (
+            (remote[0], int(remote[1]), int(local_port))
+            if remote and remote[1] is not None and local_port
+            else None
+        )
         with self._lock:
             self._flows[flow_id] = _Flow(float(rank), key, remote)
 
@@ -133,6 +146,12 @@ class SharedCongestionMonitor:
         with self._lock:
             flows = dict(self._flows)
         ranks = {f: s.rank for f, s in flows.items()}
+        if self.rank_now is not None:
+            live = self.rank_now()
+            for f in ranks:
+                r = live.get(f)
+                if r is not None:
+                    ranks[f] = float(r)
         if self.capture is not None and flows and all(s.remote for s in flows.values()):
             cap = self.capture
             packet = {
@@ -237,8 +256,9 @@ class MonitorObserver:
         control: FlowControl,
         monitor_kw: dict | None = None,
         rank_of: Callable[[str], float | None] | None = None,
-        endpoint_of: Callable[[str], tuple[str, int] | None] | None = None,
+        endpoint_of: Callable[[str], Remote | None] | None = None,
         on_event: Callable[[CongestionEvent], None] | None = None,
+        rank_by_rate: bool = False,
     ) -> None:
         self.control = control
         self.rank_of = rank_of
@@ -246,7 +266,12 @@ class MonitorObserver:
         self.on_event = on_event
         self._started = 0
         self._mirror: dict[str, str] = {}
-        self.monitor = SharedCongestionMonitor(self._drop, **(monitor_kw or {}))
+        kw = dict(monitor_kw or {})
+        rates = getattr(control, "rates", None)
+        if rank_by_rate and rates is not None:
+            # dynamic mode: the flow with the best measured rate is kept
+            kw["rank_now"] = rates
+        self.monitor = SharedCongestionMonitor(self._drop, **kw)
 
     def _drop(self, flow_ids: list[FlowId], event: CongestionEvent) -> None:
         event.mirrors = [self._mirror.get(str(f), str(f)) for f in event.shared_set]
@@ -274,14 +299,24 @@ class MonitorObserver:
 def congestion_detector_factory(
     *,
     rank_of: Callable[[str], float | None] | None = None,
-    endpoint_of: Callable[[str], tuple[str, int] | None] | None = None,
+    endpoint_of: Callable[[str], Remote | None] | None = None,
     on_event: Callable[[CongestionEvent], None] | None = None,
+    rank_by_rate: bool = False,
+    on_observer: Callable[[MonitorObserver], None] | None = None,
     **monitor_kw: object,
 ) -> DetectorFactory:
-    """``Engine(detector_factory=congestion_detector_factory(...))``."""
+    """``Engine(detector_factory=congestion_detector_factory(...))``.
+
+    ``rank_by_rate``: rank flows by the engine's measured rate at each check
+    (``control.rates()``), static ranks only break ties for flows without one.
+    ``on_observer`` receives the MonitorObserver built for the download."""
 
     def factory(control: FlowControl, timings: FlowTimings) -> FlowObserver:
         del timings  # the monitor keeps its own bounded buffers
-        return MonitorObserver(control, dict(monitor_kw), rank_of, endpoint_of, on_event)
+        obs = MonitorObserver(control, dict(monitor_kw), rank_of, endpoint_of, on_event,
+                              rank_by_rate=rank_by_rate)
+        if on_observer is not None:
+            on_observer(obs)
+        return obs
 
     return factory

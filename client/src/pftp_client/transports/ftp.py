@@ -52,6 +52,9 @@ _MAX_LINE = 8192
 _MAX_DRAIN_REPLIES = 8
 # Bytes compared by the REST probe when the server does not implement SIZE.
 _PROBE_BYTES = 4096
+# Kernel receive timestamps (SO_TIMESTAMPNS, Linux value when the module lacks it).
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_TS_ANCILLARY = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 
 
 # ---------------------------------------------------------------- pure parsing
@@ -264,6 +267,11 @@ class FtpFetcher:
         self._ever_connected = False
         self._lock = threading.Lock()
         self.reconnects = 0  # control connections opened after the first; for reports/tests
+        # When True, arrival_ns passed to the sink is the kernel's receive time of
+        # the data (SO_TIMESTAMPNS, converted to the time.monotonic_ns() scale)
+        # instead of the clock read after the receive: the shared-congestion
+        # detector's "app-kernel" source. Off by default: plain recv_into, no cost.
+        self.kernel_timestamps = False
 
     # ----------------------------------------------------------- public API
 
@@ -459,6 +467,11 @@ class FtpFetcher:
             _addr, port = parse_pasv(reply.text)
         data = socket.socket(family, socket.SOCK_STREAM)
         data.settimeout(self.timeout)
+        if self.kernel_timestamps:
+            try:  # before connect: every segment of the transfer gets its time
+                data.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            except OSError as exc:
+                log.debug("%s: no SO_TIMESTAMPNS (%s); receive-call times used", self._where(), exc)
         try:
             data.connect((peer[0], port, *peer[2:]))
         except OSError as exc:
@@ -515,6 +528,12 @@ class FtpFetcher:
         # When the range runs to the end of the file the server is about to
         # close the data connection by itself; reading that EOF avoids an ABOR.
         expect_eof_at = self._size if self._size_known else None
+        kernel_ts = self.kernel_timestamps and _TS_ANCILLARY > 0
+        if kernel_ts:
+            # SO_TIMESTAMPNS gives CLOCK_REALTIME; the engine and the detector use
+            # time.monotonic_ns(). One offset per transfer keeps each flow's times
+            # on one scale (a clock step mid-transfer would shift them all alike).
+            realtime_minus_mono = time.time_ns() - time.monotonic_ns()
         try:
             while True:
                 if cancel.is_set() or self._closed:
@@ -525,7 +544,10 @@ class FtpFetcher:
                         break
                     want = 1  # read the EOF that must follow the last byte
                 try:
-                    n = data.recv_into(view, want)
+                    if kernel_ts:
+                        n, ancdata, _flags, _addr = data.recvmsg_into([view[:want]], _TS_ANCILLARY)
+                    else:
+                        n = data.recv_into(view, want)
                 except TimeoutError:
                     if time.monotonic() - last_byte >= self.stall_timeout:
                         raise StallError(
@@ -541,6 +563,12 @@ class FtpFetcher:
                     eof = True
                     break
                 last_byte = arrival / 1e9
+                if kernel_ts:
+                    for level, kind, cdata in ancdata:
+                        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
+                            sec, nsec = struct.unpack_from("qq", cdata)
+                            # never later than our own clock read (clock noise)
+                            arrival = min(arrival, sec * 1_000_000_000 + nsec - realtime_minus_mono)
                 got = end.deliver(sink, pos, view[:n], arrival)
                 pos += got
                 if got < n:

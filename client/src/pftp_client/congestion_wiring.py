@@ -1,0 +1,318 @@
+"""Shared-congestion detection in real downloads (issue 6, "In the client").
+
+``download()`` attaches the SharedCongestionMonitor (congestion/monitor.py) to
+every download that can have two flows at once, with the best timestamp source
+this process may use (notes/congestion.md has the accuracy of each):
+
+  packet-afpacket  an AF_PACKET capture of the mirrors' data packets, with kernel
+                   receive times: needs root or CAP_NET_RAW, and endpoints the
+                   capture can tell apart (see ``capture_plan``);
+  app-kernel       SO_TIMESTAMPNS on the data socket (kernel receive time of each
+                   receive call): FTP only - httpx hides its socket, so a download
+                   with any HTTP mirror stays on app-recv (the clocks are never mixed);
+  app-recv         the engine's clock after each receive call; always available.
+
+The pure parts (``choose_source``, ``capture_plan``, ``congested_with``) take
+their facts as arguments; ``CongestionSession`` holds the side effects (capture
+thread, events) for one download. Nothing here imports numpy until a detector
+is really attached, so a single-mirror download or ``--congestion off`` pays
+nothing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+MODES = ("auto", "off", "packet", "kernel", "app")
+PACKET = "packet-afpacket"
+KERNEL = "app-kernel"
+APP = "app-recv"
+DETECTOR = "entropy"
+
+
+class CongestionSourceUnavailable(ValueError):
+    """The caller asked for a timestamp source this process cannot use."""
+
+
+def choose_source(
+    mode: str, *, multi_mirror: bool, capture_ok: bool, kernel_ok: bool
+) -> str | None:
+    """The timestamp source to detect with, or None for no detection.
+
+    ``auto`` takes the best available (packet > kernel > app); an explicit source
+    that is not available is an error (a silent downgrade would hide the reason
+    why detection is worse than asked)."""
+    if mode not in MODES:
+        raise CongestionSourceUnavailable(
+            f"unknown congestion mode {mode!r}; choose from {', '.join(MODES)}"
+        )
+    if mode == "off" or not multi_mirror:
+        return None
+    if mode == "auto":
+        return PACKET if capture_ok else KERNEL if kernel_ok else APP
+    if mode == "packet" and not capture_ok:
+        raise CongestionSourceUnavailable(
+            "--congestion packet needs an AF_PACKET capture (root or CAP_NET_RAW) and mirrors "
+            "the capture can tell apart (distinct addresses for FTP mirrors, IPv4)"
+        )
+    if mode == "kernel" and not kernel_ok:
+        raise CongestionSourceUnavailable(
+            "--congestion kernel needs FTP mirrors only (kernel receive timestamps are read "
+            "from the FTP data socket; HTTP through httpx gives receive-call times only)"
+        )
+    return {"packet": PACKET, "kernel": KERNEL, "app": APP}[mode]
+
+
+# (ip, port) or, for FTP, (ip, None, control port): what monitor.Remote expects
+Endpoint = tuple[str, int] | tuple[str, None, int]
+
+
+@dataclass(frozen=True)
+class CapturePlan:
+    ports: tuple[int, ...] = ()  # BPF on source ports (every mirror is HTTP)
+    addresses: tuple[str, ...] = ()  # BPF on IPv4 source addresses (some FTP mirror)
+    endpoints: dict[str, Endpoint] = field(default_factory=dict)  # mirror name -> endpoint
+
+
+def capture_plan(mirrors: dict[str, tuple[str, str]]) -> CapturePlan | None:
+    """How a packet capture can attribute packets to flows, or None when it cannot.
+
+    ``mirrors``: name -> (url, resolved ip). HTTP data comes from the URL's port,
+    so a port filter suffices. FTP data comes from a passive port that changes
+    with every transfer: such a mirror is recognised by its address alone, so it
+    needs an IPv4 address no other mirror has and that is not loopback (there the
+    client's own packets carry the same source address)."""
+    endpoints: dict[str, Endpoint] = {}
+    ftp_ips: list[str] = []
+    all_ips: list[str] = []
+    for name, (url, ip) in mirrors.items():
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        port = parts.port or {"ftp": 21, "http": 80, "https": 443}[scheme]
+        all_ips.append(ip)
+        if scheme == "ftp":
+            addr = ipaddress.ip_address(ip)
+            if addr.version != 4 or addr.is_loopback:
+                return None
+            ftp_ips.append(ip)
+            endpoints[name] = (ip, None, port)
+        else:
+            endpoints[name] = (ip, port)
+    if not endpoints:
+        return None
+    if ftp_ips:
+        if any(all_ips.count(ip) > 1 for ip in ftp_ips):
+            return None
+        if any(ipaddress.ip_address(e[0]).version != 4 for e in endpoints.values()):
+            return None
+        return CapturePlan(addresses=tuple(sorted(set(all_ips))), endpoints=endpoints)
+    if len(set(endpoints.values())) != len(endpoints):
+        return None  # two mirrors behind one ip:port cannot be told apart
+    ports = tuple(sorted({e[1] for e in endpoints.values() if e[1] is not None}))
+    return CapturePlan(ports=ports, endpoints=endpoints)
+
+
+def resolve(url: str, timeout: float = 5.0) -> str | None:
+    """The first address ``url``'s host resolves to (what the transports connect to)."""
+    parts = urlsplit(url)
+    host = parts.hostname
+    if not host:
+        return None
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    result: list[str] = []
+
+    def lookup() -> None:
+        try:
+            infos = socket.getaddrinfo(host, parts.port or 0, type=socket.SOCK_STREAM)
+        except OSError:
+            return
+        if infos:
+            result.append(str(infos[0][4][0]))
+
+    t = threading.Thread(target=lookup, daemon=True)
+    t.start()
+    t.join(timeout)
+    return result[0] if result else None
+
+
+def kernel_timestamps_possible(urls: Iterable[str]) -> bool:
+    """app-kernel needs every mirror on FTP (one clock for all flows) and Linux."""
+    urls = list(urls)
+    return (
+        bool(urls)
+        and hasattr(socket, "CMSG_SPACE")
+        and all(urlsplit(u).scheme.lower() == "ftp" for u in urls)
+    )
+
+
+def congested_with(events: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
+    """Mirror -> the other mirrors it was found to share a congested link with
+    (every member of a shared set, kept or dropped), for MirrorReport.congested_with."""
+    out: dict[str, list[str]] = {}
+    for ev in events:
+        members = list(ev["mirrors"])
+        for m in members:
+            others = out.setdefault(m, [])
+            for o in members:
+                if o != m and o not in others:
+                    others.append(o)
+    return out
+
+
+class CongestionSession:
+    """Detection for one download: chooses the source, runs the capture, builds
+    the engine's detector factory and collects what was detected."""
+
+    def __init__(
+        self,
+        mode: str,
+        *,
+        active: Sequence[tuple[str, str, float | None]],  # (name, url, suitability)
+        backups: Sequence[tuple[str, str, float | None]],
+        rank_by_rate: bool,
+        say: Callable[[str], None],
+        capture_permitted: Callable[[], bool] | None = None,
+        t0: float | None = None,
+    ) -> None:
+        self.mode = mode
+        self.say = say
+        self.t0 = time.monotonic() if t0 is None else t0
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._observer: Any = None
+        self.capture: Any = None
+        self.endpoints: dict[str, Endpoint] = {}
+        mirrors = [*active, *backups]
+        self.order = {name: i for i, (name, _u, _s) in enumerate(mirrors)}
+        self.suitability = {name: s for name, _u, s in mirrors}
+        self.rank_by_rate = rank_by_rate
+        multi = len(active) >= 2  # two flows at once; a lone backup only replaces
+        urls = [u for _n, u, _s in mirrors]
+        plan: CapturePlan | None = None
+        capture_ok = False
+        if multi and mode in ("auto", "packet"):
+            if capture_permitted is None:
+                from pftp_client.congestion.capture import afpacket_capture_available
+
+                capture_permitted = afpacket_capture_available
+            if capture_permitted():
+                resolved = {name: (u, resolve(u)) for name, u, _s in mirrors}
+                if all(ip for _u, ip in resolved.values()):
+                    plan = capture_plan({n: (u, ip) for n, (u, ip) in resolved.items() if ip})
+                capture_ok = plan is not None
+        self.source = choose_source(
+            mode,
+            multi_mirror=multi,
+            capture_ok=capture_ok,
+            kernel_ok=kernel_timestamps_possible(urls),
+        )
+        self._plan = plan if self.source == PACKET else None
+
+    @property
+    def kernel_timestamps(self) -> bool:
+        """Transports should pass SO_TIMESTAMPNS receive times (FTP)."""
+        return self.source == KERNEL
+
+    def start(self) -> None:
+        if self._plan is None:
+            return
+        from pftp_client.congestion.capture import PacketCapture
+
+        try:
+            self.capture = PacketCapture(
+                self._plan.ports, source_addresses=self._plan.addresses, max_per_flow=4096
+            ).start()
+        except OSError as exc:
+            self.say(f"packet capture failed ({exc}); congestion detection on receive times")
+            self.source = APP
+            self._plan = None
+            return
+        self.endpoints = dict(self._plan.endpoints)
+
+    def stop(self) -> None:
+        obs = self._observer
+        if obs is not None:
+            obs.monitor.stop(wait=True)
+        if self.capture is not None:
+            self.capture.stop()
+            self.capture = None
+
+    def _rank(self, name: str) -> float | None:
+        s = self.suitability.get(name)
+        if s is not None and not self.rank_by_rate:
+            return s
+        # without a suitability: plan order (the coordinator's order, or the order
+        # the user gave), first is best; measured rates override it in dynamic mode
+        return -1e9 - self.order.get(name, len(self.order))
+
+    def _on_event(self, event: Any) -> None:
+        with self._lock:
+            self.events.append(
+                {
+                    "at_s": round(event.at_ns / 1e9 - self.t0, 3),
+                    "mirrors": list(event.mirrors),
+                    "kept": event.mirrors[0] if event.mirrors else str(event.kept),
+                    "dropped": [str(f) for f in event.dropped],
+                    "detector": event.detector,
+                    "source": str(event.source),
+                    "confidence": round(float(event.confidence), 3),
+                    "packets": int(event.packets),
+                }
+            )
+        self.say(
+            f"shared congested link: {', '.join(event.mirrors)} "
+            f"({event.source}, confidence {event.confidence:.2f}, {event.packets} packets); "
+            f"keeping {event.mirrors[0] if event.mirrors else event.kept}, dropping "
+            f"{', '.join(str(f) for f in event.dropped)}"
+        )
+
+    def _keep_observer(self, obs: Any) -> None:
+        self._observer = obs
+
+    def factory(self) -> Any:
+        """The engine's detector factory, or None when detection is off."""
+        if self.source is None:
+            return None
+        from pftp_client.congestion.monitor import congestion_detector_factory
+        from pftp_client.congestion.timestamps import TimestampSource
+
+        app_source = (
+            TimestampSource.APP_KERNEL if self.source == KERNEL else (TimestampSource.APP_RECV)
+        )
+        return congestion_detector_factory(
+            rank_of=self._rank,
+            endpoint_of=(lambda name: self.endpoints.get(name)) if self.capture else None,
+            on_event=self._on_event,
+            rank_by_rate=self.rank_by_rate,
+            on_observer=self._keep_observer,
+            capture=self.capture,
+            app_source=app_source,
+        )
+
+    def sources_used(self) -> list[str]:
+        """Sources the monitor really decided on (it falls back to the application
+        source while the capture has not seen packets of every flow)."""
+        seen = {e["source"] for e in self.events}
+        obs = self._observer
+        if obs is not None and obs.monitor.last_source is not None:
+            seen.add(str(obs.monitor.last_source))
+        return sorted(seen)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "source": self.source,
+            "sources_used": self.sources_used(),
+            "detector": DETECTOR if self.source else None,
+            "events": list(self.events),
+        }
