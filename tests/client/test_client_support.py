@@ -1,4 +1,4 @@
-"""Control file, access bandwidth, settings, flow timings and the public API."""
+"""Control file, settings, flow timings and the public API."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pftp_client
 import pytest
-from pftp_client.access_bandwidth import access_bandwidth, default_route_interface, parse_bandwidth
 from pftp_client.control_file import (
     ControlState,
     ResumeMismatch,
@@ -71,40 +70,21 @@ def test_control_file_roundtrip_and_identity(tmp_path):
     assert load(tmp_path / "absent.pftp-ctl") is None
 
 
-def test_bandwidth_parsing_and_sources(tmp_path):
-    assert parse_bandwidth("100M") == 100_000_000
-    assert parse_bandwidth("1.5G") == 1_500_000_000
-    assert parse_bandwidth("800 kbps") == 800_000
-    with pytest.raises(ValueError):
-        parse_bandwidth("fast")
-    route = tmp_path / "route"
-    route.write_text(
-        "Iface\tDestination\tGateway\neth9\t0000FEA9\t00000000\neth7\t00000000\t0101A8C0\n"
-    )
-    net = tmp_path / "net"
-    (net / "eth7").mkdir(parents=True)
-    (net / "eth7" / "speed").write_text("1000\n")
-    assert default_route_interface(route) == "eth7"
-    assert access_bandwidth(None, {}, route, net) == (1_000_000_000, "link speed of eth7")
-    assert access_bandwidth("20M", {}, route, net) == (20_000_000, "config file")
-    assert access_bandwidth("20M", {"PFTP_ACCESS_BANDWIDTH": "5M"}, route, net)[0] == 5_000_000
-    (net / "eth7" / "speed").write_text("-1\n")  # virtual NICs
-    assert access_bandwidth(None, {}, route, net) == (None, "unknown")
-    assert access_bandwidth(None, {}, tmp_path / "no-route", net) == (None, "unknown")
+# Access bandwidth (parsing, sources, cache, history): tests/client/test_access_bandwidth.py
 
 
 def test_settings_from_file_and_env(tmp_path):
     cfg = tmp_path / "client.toml"
     cfg.write_text('coordinator = "http://c:8000"\naccess_bandwidth = "50M"\nstall_timeout = 7\n')
-    s = load_settings({"PFTP_CONFIG": str(cfg)})
+    s = load_settings({"PFTP_CLIENT_CONFIG": str(cfg)})
     assert (
         s.coordinators == ["http://c:8000"] and s.access_bandwidth == "50M" and s.stall_timeout == 7
     )
-    s = load_settings({"PFTP_CONFIG": str(cfg), "PFTP_COORDINATOR": "http://env:1"})
+    s = load_settings({"PFTP_CLIENT_CONFIG": str(cfg), "PFTP_COORDINATOR": "http://env:1"})
     assert s.coordinators[0] == "http://env:1"
     cfg.write_text("timeout = -1\n")
     with pytest.raises(SettingsError, match="timeout"):
-        load_settings({"PFTP_CONFIG": str(cfg)})
+        load_settings({"PFTP_CLIENT_CONFIG": str(cfg)})
     assert load_settings({"XDG_CONFIG_HOME": str(tmp_path / "none")}).coordinators == []
 
 

@@ -5,11 +5,13 @@ coordinator and agent commands from this compose file inside network namespaces.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 
 import pytest
 from deploy_spec import (
     BIN,
+    COMPOSE,
     REPO,
     command_argv,
     command_steps,
@@ -31,6 +33,11 @@ def compose() -> dict:
 def test_services_and_dependencies(compose: dict) -> None:
     services = compose["services"]
     assert set(services) == {"postgres", "coordinator", "agent"}
+    # `docker compose up` starts only what runs before any token exists; the agent
+    # needs a token from the running coordinator and waits behind its profile.
+    default = {name for name, svc in services.items() if not svc.get("profiles")}
+    assert default == {"postgres", "coordinator"}
+    assert services["agent"]["profiles"] == ["agent"]
     pg = services["postgres"]
     assert pg["image"].startswith("postgres:")
     assert "pg_isready" in " ".join(pg["healthcheck"]["test"])
@@ -65,6 +72,52 @@ def test_agent_environment_is_understood(compose: dict) -> None:
     for key in env:
         assert key.startswith("PFTP_AGENT_") and key.removeprefix("PFTP_AGENT_").lower() in fields
     assert env["PFTP_AGENT_COORDINATOR_URL"] == "http://coordinator:8470"
+    # Compose interpolates every service before it looks at profiles: a `:?` here would
+    # stop the default `docker compose up` (postgres + coordinator) as well.
+    assert env["PFTP_AGENT_TOKEN"] == "${PFTP_AGENT_TOKEN:-}"
+    agent_text = COMPOSE.read_text().split("\n  agent:\n", 1)[1]
+    agent_lines = [ln.split("#")[0] for ln in agent_text.splitlines()]
+    assert not [ln for ln in agent_lines if ":?" in ln]
+
+
+def _header_commands() -> list[list[str]]:
+    """The shell lines of the compose file's header comment."""
+    lines = []
+    for raw in COMPOSE.read_text().splitlines():
+        if not raw.startswith("#"):
+            break
+        line = raw.lstrip("#").strip()
+        if "docker compose" in line:
+            lines.append(shlex.split(line.split("   #")[0], comments=True))
+    return lines
+
+
+def test_header_walkthrough_starts_the_agent_last() -> None:
+    cmds = [" ".join(c) for c in _header_commands()]
+    ups = [c for c in cmds if " up " in f"{c} "]
+    assert ups[0] == "docker compose up -d --build"
+    assert ups[-1].endswith("docker compose --profile agent up -d agent")
+    assert ups[-1].startswith("PFTP_AGENT_TOKEN=")
+    token = next(i for i, c in enumerate(cmds) if "agent token" in c)
+    assert cmds.index(ups[0]) < token < cmds.index(ups[-1])
+    readme = (REPO / "README.md").read_text()
+    assert "docker compose --profile agent up -d agent" in readme
+
+
+def test_header_admin_commands_are_real() -> None:
+    execs = [c for c in _header_commands() if c[:4] == ["docker", "compose", "exec", "coordinator"]]
+    assert len(execs) >= 2
+    for cmd in execs:
+        argv = cmd[4:]
+        assert argv[0] == "pftp-coordinator"
+        words = [w for w in argv[1:] if not w.startswith("-")][:3]  # e.g. mirror add m1
+        cut = argv.index(words[-1]) + 1
+        res = subprocess.run(
+            [str(BIN / argv[0]), *argv[1:cut], "--help"],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert res.returncode == 0, f"{' '.join(argv)}: {res.stdout[-800:]} {res.stderr[-800:]}"
+        assert "usage" in (res.stdout + res.stderr).lower()
 
 
 def test_coordinator_migrates_before_serving(compose: dict) -> None:

@@ -6,7 +6,10 @@ import hashlib
 import itertools
 from pathlib import Path
 
-from coordinator_testkit import AUTH, running_app, wait_until
+from coordinator_testkit import AUTH, running_app, settings_for, wait_until
+from fastapi.testclient import TestClient
+from pftp_coordinator import migrate
+from pftp_coordinator.api.app import create_app
 from pftp_coordinator.db import create_db_engine, make_session_factory
 from pftp_coordinator.models import CongestionPenalty, Download, MirrorReport
 from sqlalchemy import select
@@ -117,6 +120,21 @@ def test_mirror_admin(db_url: str, tmp_path: Path) -> None:
         assert "demand" in listed[0]["score"]["inputs"]
         r = client.post("/api/v1/admin/mirrors/m1/enable", headers=AUTH)
         assert r.json()["enabled"] is True
+
+
+def test_changed_mirror_keeps_its_replica_count(sqlite_url: str, tmp_path: Path) -> None:
+    # PATCH/enable/disable answer with the same count as GET (they once said 0).
+    with running_app(sqlite_url, tmp_path) as client:
+        _seed(client, mirrors=1)
+        url = "/api/v1/admin/mirrors/m0"
+        assert client.get(url, headers=AUTH).json()["replicas"] == 1
+        r = client.patch(url, json={"notes": "lab"}, headers=AUTH)
+        assert r.status_code == 200, r.text
+        assert r.json()["replicas"] == 1 and r.json()["notes"] == "lab"
+        for action in ("disable", "enable"):
+            r = client.post(f"{url}/{action}", headers=AUTH)
+            assert r.status_code == 200, r.text
+            assert r.json()["replicas"] == 1, f"{action}: {r.json()}"
 
 
 def test_file_and_replica_admin(db_url: str, tmp_path: Path) -> None:
@@ -338,3 +356,62 @@ def test_reported_congested_pair_is_not_assigned_together(sqlite_url: str, tmp_p
         for _ in range(5):
             again = {a["mirror"] for a in _assign(client, protocols=["ftp"]).json()["assignments"]}
             assert not {"m0", "m1"} <= again
+
+
+def test_assignment_fast_path_answers_like_the_route(sqlite_url: str, tmp_path: Path) -> None:
+    """The pure ASGI fast path and the documented FastAPI route give the same answers."""
+    migrate.upgrade(sqlite_url)
+    fast_app = create_app(settings_for(sqlite_url, tmp_path))
+    slow_app = create_app(settings_for(sqlite_url, tmp_path), fast_path=False)
+    with TestClient(fast_app) as fast, TestClient(slow_app) as slow:
+        _seed(fast, mirrors=3)
+        for client in (fast, slow):
+            _assigned_mirrors(client, 3)
+        bodies = [
+            {"file": "iso/big.iso"},
+            {"file": "iso/big.iso", "access_bandwidth_bps": 1000, "protocols": ["http"]},
+            {"file": "nope.iso"},
+            {"nofile": 1},
+            {"file": "iso/big.iso", "protocols": ["gopher"]},
+            {"file": "iso/big.iso", "access_bandwidth_bps": -5},
+            {"file": ""},
+        ]
+        for body in bodies:
+            a = fast.post("/api/v1/assignments", json=body, headers={"X-Request-ID": "t-1"})
+            b = slow.post("/api/v1/assignments", json=body, headers={"X-Request-ID": "t-1"})
+            assert a.status_code == b.status_code, body
+            assert a.headers["x-request-id"] == b.headers["x-request-id"] == "t-1"
+            assert a.headers["content-type"] == b.headers["content-type"] == "application/json"
+            ja, jb = a.json(), b.json()
+            if a.status_code == 200:
+                for j in (ja, jb):
+                    j.pop("request_id")
+                assert ja == jb
+            elif a.status_code == 422:
+                assert [e["loc"] for e in ja["detail"]] == [e["loc"] for e in jb["detail"]]
+                assert [e["type"] for e in ja["detail"]] == [e["type"] for e in jb["detail"]]
+            else:
+                assert ja == jb
+        for raw in (b"{not json", b""):
+            a = fast.post("/api/v1/assignments", content=raw)
+            b = slow.post("/api/v1/assignments", content=raw)
+            assert a.status_code == b.status_code == 422
+        # No usable mirror: 503 with the reason, on both.
+        for i in range(3):
+            r = fast.post(f"/api/v1/admin/mirrors/m{i}/disable", headers=AUTH)
+            assert r.status_code == 200, r.text
+        for client in (fast, slow):
+            r = wait_until(
+                lambda c=client: (
+                    resp if (resp := _assign(c)).status_code == 503 else None
+                ),
+                what="503 after disabling every mirror",
+            )
+            assert "no usable mirror" in r.json()["detail"]
+        # Counted under the route template, like every other endpoint.
+        text = fast.get("/metrics").text
+        label = 'pftp_http_requests_total{method="POST",route="/api/v1/assignments",status="%d"}'
+        assert label % 200 in text and label % 422 in text
+        # Still documented.
+        doc = fast.get("/openapi.json").json()["paths"]["/api/v1/assignments"]["post"]
+        assert "requestBody" in doc and "200" in doc["responses"]

@@ -55,6 +55,9 @@ def test_admin_commands_and_errors(sqlite_url: str, tmp_path: Path) -> None:
     assert missing.returncode == 1 and "no mirror named 'm3'" in missing.stderr
 
     run_cli("mirror", "disable", "m2", url=url)
+    # `mirror set` prints the mirror with its real replica count (it once said 0).
+    changed = json.loads(run_cli("mirror", "set", "m2", "--region", "lab", url=url).stdout)
+    assert (changed["name"], changed["region"], changed["replicas"]) == ("m2", "lab", 1)
     run_cli("mirror", "set", "m1", "--asn", "65000", "--notes", "lab mirror", url=url)
     mirrors = json.loads(run_cli("mirror", "list", "--json", url=url).stdout)
     assert [(m["name"], m["enabled"], m["replicas"]) for m in mirrors] == [

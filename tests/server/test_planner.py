@@ -7,10 +7,16 @@ from array import array
 
 import pytest
 from pftp_coordinator.config import Settings
-from pftp_coordinator.planner import NoUsableMirror, UnknownFile, plan_assignments, replica_url
+from pftp_coordinator.planner import (
+    NoUsableMirror,
+    UnknownFile,
+    plan_assignments,
+    plan_assignments_json,
+    replica_url,
+)
 from pftp_coordinator.ranking import MirrorMetrics
 from pftp_coordinator.ranking_inputs import FileRecord, MirrorInfo, RankingSnapshot, ReplicaSet
-from pftp_wire.models import AssignmentRequest
+from pftp_wire.models import AssignmentRequest, AssignmentResponse
 
 NOW = 1_700_000_000.0
 SHA = "ab" * 32
@@ -173,3 +179,58 @@ def test_replica_url_joins():
     assert replica_url("ftp://h/pub", "a/b c.iso") == "ftp://h/pub/a/b%20c.iso"
     assert replica_url("ftp://h/pub/", "/a/b%20c.iso") == "ftp://h/pub/a/b%20c.iso"
     assert replica_url("http://h", "x") == "http://h/x"
+
+
+def _both(snap, settings, *, bw, protocols, rate, seed):
+    req = AssignmentRequest(file="iso/big.iso", access_bandwidth_bps=bw, protocols=list(protocols))
+    kw = dict(settings=settings, request_rate_rps=rate, now=NOW)
+    model = plan_assignments(snap, req, rng=random.Random(seed), **kw)
+    fast = plan_assignments_json(snap, req, rng=random.Random(seed), **kw)
+    return model, fast
+
+
+@pytest.mark.parametrize("rate", [0.0, 1000.0])  # ranked and balanced
+def test_json_hot_path_equals_the_validated_answer(rate):
+    mirrors = [mirror(i, mbps=5 * i) for i in range(1, 9)] + [mirror(9, state="down")]
+    settings = Settings(balanced_threshold_rps=50)
+    for seed, bw in enumerate([None, int(1e6), int(30e6), int(1e9)]):
+        snap = snapshot(mirrors, size=50 * MIB + 3)
+        model, fast = _both(snap, settings, bw=bw, protocols=("http", "ftp"), rate=rate, seed=seed)
+        parsed = AssignmentResponse.model_validate_json(fast.body)
+        assert parsed.model_dump(exclude={"request_id"}) == model.model_dump(
+            exclude={"request_id"}
+        )
+        assert fast.request_id == parsed.request_id and len(fast.request_id) == 32
+        assert fast.mode == model.mode and fast.n_assignments == len(model.assignments)
+
+
+def test_plan_cache_gives_the_same_answers_and_is_per_settings():
+    mirrors = [mirror(i, mbps=3 * i) for i in range(1, 12)]
+    asks = [(seed, p) for seed in range(6) for p in (("ftp", "http"), ("http",))]
+
+    def answers(snap, settings):
+        return [
+            plan(snap, bw=int(20e6), protocols=p, settings=settings, seed=seed).model_dump(
+                exclude={"request_id"}
+            )
+            for seed, p in asks
+        ]
+
+    cached_snap = snapshot(mirrors)
+    cached = Settings(plan_cache_size=4)
+    with_cache = answers(cached_snap, cached)
+    entries = cached_snap.memo["plan_cache"][2]
+    assert sorted(entries) == [(1, ("ftp", "http")), (1, ("http",))]
+    hit = entries[(1, ("http",))]
+    plan(cached_snap, protocols=("http",), settings=cached)
+    assert entries[(1, ("http",))] is hit  # served from the cache, not re-ranked
+    assert with_cache == answers(snapshot(mirrors), Settings(plan_cache_size=0))
+    # Other settings (other weights) never see rankings made with these.
+    plan(cached_snap, settings=Settings(plan_cache_size=4))
+    assert cached_snap.memo["plan_cache"][2] is not entries
+    # Bounded: a full cache starts over.
+    other = snapshot(mirrors)
+    small = Settings(plan_cache_size=1)
+    plan(other, protocols=("ftp",), settings=small)
+    plan(other, protocols=("http",), settings=small)
+    assert list(other.memo["plan_cache"][2]) == [(1, ("http",))]

@@ -282,3 +282,57 @@ def test_periodic_refresh_thread_starts_and_stops(factory):
         assert cache.get() is not first
     finally:
         cache.close()
+
+
+def _next_snapshot(cache: SnapshotCache, previous, now: list[float], step: float):
+    """Advance the clock past snapshot_refresh_s and wait for the background refresh."""
+    now[0] += step
+    deadline = time.monotonic() + 60
+    while (snap := cache.get()) is previous and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert snap is not previous and cache.last_error is None
+    return snap
+
+
+def test_plan_cache_carried_over_only_while_ranking_inputs_are_unchanged(factory):
+    with factory() as s:
+        ids = populate(s)
+    now = [T]
+    settings = Settings(snapshot_refresh_s=2.0, min_portion_bytes=1, plan_cache_size=16)
+    cache = SnapshotCache(factory, settings, clock=lambda: now[0])
+    req = AssignmentRequest(file="a.iso", protocols=["ftp"])
+
+    def ask(snap):
+        plan_assignments(snap, req, settings=settings, request_rate_rps=0, rng=random.Random(1))
+        return snap.memo["plan_cache"][2]
+
+    first = cache.get()
+    entries = ask(first)
+    assert len(entries) == 1
+    # Nothing changed (measurements are reused for METRICS_REFRESH_S): same rankings.
+    second = _next_snapshot(cache, first, now, 3.0)
+    assert second.memo["plan_cache"][2] is entries
+    # A mirror changed state: rankings are made afresh.
+    with factory() as s:
+        s.get(Mirror, ids["beta"]).state = "down"
+        s.commit()
+    third = _next_snapshot(cache, second, now, 3.0)
+    assert "plan_cache" not in third.memo
+    assert ask(third) is not entries
+
+
+def test_request_does_not_refresh_when_the_periodic_thread_keeps_up(factory):
+    with factory() as s:
+        populate(s)
+    now = [T]
+    cache = SnapshotCache(factory, Settings(snapshot_refresh_s=2.0), clock=lambda: now[0])
+    first = cache.get()
+    cache._thread = threading.current_thread()  # stands in for a running refresh thread
+    try:
+        now[0] += 3  # due, but the thread has not fallen behind (2 x refresh_s)
+        assert cache.get() is first and not cache._refreshing
+        now[0] += 2  # fallen behind: the request triggers one
+        second = _next_snapshot(cache, first, now, 0.0)
+        assert second.taken_at == T + 5
+    finally:
+        cache._thread = None

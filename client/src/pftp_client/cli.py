@@ -147,7 +147,7 @@ def get(
         if not coordinators and not no_discovery and not mirrors:
             from pftp_client.discovery import discover_coordinators
 
-            coordinators = discover_coordinators(domain=settings.domain, listen_s=1.0)
+            coordinators = discover_coordinators(domain=settings.domain)
     cfg = EngineConfig(
         timeout=settings.timeout, stall_timeout=stall_timeout or settings.stall_timeout
     )

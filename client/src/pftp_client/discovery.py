@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 SRV_SERVICE = "_pftp._tcp"
 RESOLV_CONF = Path("/etc/resolv.conf")
-DEFAULT_LISTEN_S = 6.0  # a little more than the default announce interval (5 s)
+DEFAULT_LISTEN_S = 2.5  # a little more than the default announce interval (2 s)
 AFTER_FIRST_S = 0.3  # once one announcement arrived, wait this long for better ones
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Client settings: command-line option > environment > config file.
 
-Config file: ``$PFTP_CONFIG``, else ``$XDG_CONFIG_HOME/pftp/client.toml``, else
+Config file: ``$PFTP_CLIENT_CONFIG``, else ``$XDG_CONFIG_HOME/pftp/client.toml``, else
 ``~/.config/pftp/client.toml``. Keys (all optional)::
 
     coordinator = "http://coordinator.campus.example:8000"   # or a list
@@ -34,8 +34,9 @@ class ClientSettings:
 
 
 def config_path(env: Mapping[str, str] = os.environ) -> Path:
-    if env.get("PFTP_CONFIG"):
-        return Path(env["PFTP_CONFIG"])
+    # Not PFTP_CONFIG: a host running a coordinator too would hand us its file.
+    if env.get("PFTP_CLIENT_CONFIG"):
+        return Path(env["PFTP_CLIENT_CONFIG"])
     base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
     return base / "pftp" / "client.toml"
 

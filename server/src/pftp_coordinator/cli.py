@@ -183,7 +183,8 @@ def _http_protocol() -> str:
 # --- mirrors ------------------------------------------------------------------------
 
 
-def _mirror_dict(m: Any, replicas: int = 0) -> dict[str, Any]:
+def _mirror_dict(m: Any, replicas: int) -> dict[str, Any]:
+    # ``replicas`` has no default: a changed mirror must show its real count.
     return {
         "name": m.name,
         "enabled": m.enabled,
@@ -302,7 +303,7 @@ def mirror_set(
         raise fail("nothing to change: give --url, --region, --asn or --notes")
     with _session(ctx) as session:
         m = mirror_service.update_mirror(session, name=name, **changes)
-        _echo_json(_mirror_dict(m))
+        _echo_json(_mirror_dict(m, mirror_service.replica_count(session, mirror_id=m.id)))
 
 
 # --- files --------------------------------------------------------------------------

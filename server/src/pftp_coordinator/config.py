@@ -1,13 +1,15 @@
 """The coordinator's one settings object: env vars (PFTP_*), then a TOML config file.
 
-Precedence: explicit env var > config file (PFTP_CONFIG or /etc/pftp/coordinator.toml)
-> defaults. Validated once at start; a bad value stops the program with a message.
+Precedence: explicit env var > config file (PFTP_COORDINATOR_CONFIG, else the older
+PFTP_CONFIG, else /etc/pftp/coordinator.toml) > defaults. Validated once at start; a
+bad value stops the program with a message.
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,9 @@ from pydantic_settings import (
 )
 
 DEFAULT_CONFIG_PATH = Path("/etc/pftp/coordinator.toml")
+# Preferred first: PFTP_COORDINATOR_CONFIG tells the coordinator's file apart from the
+# client's on a host running both; PFTP_CONFIG is kept for existing deployments.
+CONFIG_ENV_VARS = ("PFTP_COORDINATOR_CONFIG", "PFTP_CONFIG")
 DEV_ADMIN_TOKEN = "change-me"
 
 
@@ -96,7 +101,7 @@ class Settings(BaseSettings):
 
     # Discovery (paper 004, 3.2.3-3.2.4)
     announce_enabled: bool = False
-    announce_interval_s: float = Field(default=5.0, gt=0)
+    announce_interval_s: float = Field(default=2.0, gt=0)  # clients listen 2.5 s
     announce_priority: int = 100
     announce_address: str = "255.255.255.255"  # comma-separated broadcast addresses
     announce_port: int = Field(default=ANNOUNCE_PORT, ge=1, le=65535)
@@ -115,7 +120,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        path = Path(os.environ.get("PFTP_CONFIG", str(DEFAULT_CONFIG_PATH)))
+        path = config_path(os.environ)
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if path.is_file():
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
@@ -143,6 +148,14 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.data_dir / 'coordinator.db'}"
+
+
+def config_path(env: Mapping[str, str]) -> Path:
+    """The TOML file to read: the first non-empty CONFIG_ENV_VARS entry, else the default."""
+    for key in CONFIG_ENV_VARS:
+        if env.get(key):
+            return Path(env[key])
+    return DEFAULT_CONFIG_PATH
 
 
 def load_config_file(path: Path) -> dict[str, Any]:

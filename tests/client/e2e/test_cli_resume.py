@@ -26,7 +26,7 @@ PFTP = [sys.executable, "-c", "from pftp_client.cli import main; main()"]
 
 def _env(tmp_path: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["PFTP_CONFIG"] = str(tmp_path / "no-config.toml")
+    env["PFTP_CLIENT_CONFIG"] = str(tmp_path / "no-config.toml")
     env.pop("PFTP_COORDINATOR", None)
     env["PFTP_ACCESS_BANDWIDTH"] = "100M"
     return env

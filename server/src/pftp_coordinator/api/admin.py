@@ -37,8 +37,9 @@ def _commit_and_invalidate(request: Request, session: Session) -> None:
 
 
 def mirror_read(
-    mirror: Mirror, *, replicas: int = 0, score: MirrorScore | None = None
+    mirror: Mirror, *, replicas: int, score: MirrorScore | None = None
 ) -> MirrorRead:
+    # ``replicas`` has no default: a changed mirror must report its real count.
     return MirrorRead(
         name=mirror.name,
         urls={u.protocol: u.base_url for u in mirror.urls},
@@ -50,6 +51,12 @@ def mirror_read(
         last_probe_at=mirror.last_probe_at,
         replicas=replicas,
         score=score,
+    )
+
+
+def _with_count(session: Session, mirror: Mirror) -> MirrorRead:
+    return mirror_read(
+        mirror, replicas=mirror_service.replica_count(session, mirror_id=mirror.id)
     )
 
 
@@ -89,30 +96,29 @@ def list_mirrors(request: Request, session: SessionDep) -> list[MirrorRead]:
 @router.post("/mirrors", response_model=MirrorRead, status_code=status.HTTP_201_CREATED)
 def add_mirror(body: MirrorCreate, session: SessionDep) -> MirrorRead:
     mirror = mirror_service.add_mirror(session, **body.model_dump())
-    return mirror_read(mirror)
+    return mirror_read(mirror, replicas=0)  # new: no replicas yet
 
 
 @router.get("/mirrors/{name}", response_model=MirrorRead)
 def get_mirror(name: str, session: SessionDep) -> MirrorRead:
-    mirror = mirror_service.get_mirror(session, name=name)
-    return mirror_read(mirror, replicas=mirror_service.replica_counts(session).get(mirror.id, 0))
+    return _with_count(session, mirror_service.get_mirror(session, name=name))
 
 
 @router.patch("/mirrors/{name}", response_model=MirrorRead, summary="Change a mirror")
 def change_mirror(name: str, body: MirrorUpdate, session: SessionDep) -> MirrorRead:
     # Only fields present in the body change (null clears region/asn/notes).
     mirror = mirror_service.update_mirror(session, name=name, **body.model_dump(exclude_unset=True))
-    return mirror_read(mirror)
+    return _with_count(session, mirror)
 
 
 @router.post("/mirrors/{name}/enable", response_model=MirrorRead)
 def enable_mirror(name: str, session: SessionDep) -> MirrorRead:
-    return mirror_read(mirror_service.set_enabled(session, name=name, enabled=True))
+    return _with_count(session, mirror_service.set_enabled(session, name=name, enabled=True))
 
 
 @router.post("/mirrors/{name}/disable", response_model=MirrorRead)
 def disable_mirror(name: str, session: SessionDep) -> MirrorRead:
-    return mirror_read(mirror_service.set_enabled(session, name=name, enabled=False))
+    return _with_count(session, mirror_service.set_enabled(session, name=name, enabled=False))
 
 
 @router.get("/files", response_model=list[FileRead])

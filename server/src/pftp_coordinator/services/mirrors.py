@@ -151,3 +151,13 @@ def replica_counts(session: Session) -> dict[int, int]:
         .group_by(Replica.mirror_id)
     )
     return {mirror_id: count for mirror_id, count in rows}
+
+
+def replica_count(session: Session, *, mirror_id: int) -> int:
+    """Number of one mirror's replicas marked present (as counted by replica_counts)."""
+    count = session.scalar(
+        select(func.count())
+        .select_from(Replica)
+        .where(Replica.mirror_id == mirror_id, Replica.present.is_(True))
+    )
+    return int(count or 0)
