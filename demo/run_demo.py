@@ -190,7 +190,12 @@ class Demo:
         self.token = secrets.token_hex(16)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("PFTP_")}
         self.env.update(
-            PFTP_CONFIG=str(self.tmp / "no-config.toml"),
+            PFTP_COORDINATOR_CONFIG=str(self.tmp / "no-config.toml"),
+            PFTP_CLIENT_CONFIG=str(self.tmp / "no-client-config.toml"),
+            # The mirrors are on loopback: the gateway's link says nothing about them,
+            # and the demo must not send probes off this machine.
+            PFTP_ACCESS_PROBE="off",
+            XDG_CACHE_HOME=str(self.tmp / "cache"),
             PFTP_DATA_DIR=str(self.tmp / "data"),
             PFTP_DATABASE_URL=f"sqlite:///{self.tmp / 'data' / 'coordinator.db'}",
             PFTP_ADMIN_TOKEN=self.token,

@@ -21,6 +21,26 @@ def _pg_admin_connect():
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_probes_off_this_machine(tmp_path_factory) -> Iterator[None]:
+    """The client's access-bandwidth probe pings the default gateway, which on a test
+    host is outside every namespace we own: tests never send it (lab tests that
+    measure it set PFTP_ACCESS_PROBE themselves, inside their namespaces). Also keeps
+    the client's cache out of the real home directory. os.environ, so that
+    subprocesses inherit it."""
+    saved = {k: os.environ.get(k) for k in ("PFTP_ACCESS_PROBE", "XDG_CACHE_HOME")}
+    os.environ["PFTP_ACCESS_PROBE"] = "off"
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @pytest.fixture(scope="session")
 def pg_available() -> bool:
     try:

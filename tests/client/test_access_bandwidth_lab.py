@@ -54,7 +54,7 @@ class AccessLink:
             capture_output=True,
             text=True,
             timeout=60,
-            env=env_with_sbin({**os.environ, **(env or {})}),
+            env=env_with_sbin({**os.environ, "PFTP_ACCESS_PROBE": "", **(env or {})}),
         )
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 from pftp_client import control_file
-from pftp_client.access_bandwidth import access_bandwidth
+from pftp_client.access_bandwidth import access_bandwidth, record_download
 from pftp_client.congestion_wiring import (
     MODES as CONGESTION_MODES,
 )
@@ -208,8 +208,11 @@ def download(
     t0 = time.monotonic()
     bw: int | None = None
     if access_bandwidth_bps == AUTO:
-        bw, source = access_bandwidth(access_bandwidth_setting)
-        log.debug("access bandwidth %s (%s)", bw, source)
+        # Only the coordinator uses it (selection bounded by access bandwidth); a
+        # mirror-only download adapts by itself and need not probe the gateway.
+        if name and coordinators:
+            bw, source = access_bandwidth(access_bandwidth_setting)
+            say(f"access bandwidth: {_fmt_bw(bw)} ({source})")
     elif isinstance(access_bandwidth_bps, int) or access_bandwidth_bps is None:
         bw = access_bandwidth_bps
     else:
@@ -500,9 +503,16 @@ def _run_plan(
         part.close()
         if progress is not None:
             progress.finish(summary)
+    if summary.sha256_verified:
+        # History of achieved rates backs up the gateway probe next time.
+        record_download(summary.size - summary.resumed_bytes, summary.seconds)
     if coordinator is not None:
         _report(coordinator, summary, say)
     return summary
+
+
+def _fmt_bw(bps: int | None) -> str:
+    return "unknown" if bps is None else f"{bps / 1e6:.1f} Mbit/s"
 
 
 def _report(coordinator: str, summary: DownloadSummary, say: Callable[[str], None]) -> None:

@@ -99,7 +99,8 @@ def queued_runs(
     """Arrival times of the replies that waited at the bottleneck, as runs of
     consecutive arrivals, and the largest queuing delay (seconds).
 
-    A reply's queuing delay is its round trip minus the train's smallest one. Only
+    A reply's queuing delay is its round trip minus the train's base (its 10th
+    percentile round trip, the unqueued ones). Only
     replies that queued were spaced by the link: those a token bucket let through
     on its burst, or that followed a pause of our sender long enough to refill it,
     were not (in the lab, a 6 ms scheduler pause at 80 Mbit/s refilled a 100 kB

@@ -69,3 +69,58 @@ def find_slow_flows(
 def reduced_portion(remaining: int, verdict: SlowVerdict) -> int:
     """F_m' = (T_m / T_mean) * F_temp (paper 001, line 35), in bytes."""
     return int(remaining * verdict.keep_fraction)
+
+
+# --------------------------------------------------------------------------
+# Confirmation over several short intervals (noise guard, our addition).
+#
+# One interval's T_m is noisy (a server or the shared CPU stalls for a moment),
+# so a single slow interval never cuts. Instead of "slow in 2 consecutive 1 s
+# intervals" (~2.5 s to react) the monitor checks every SHORT interval and keeps
+# each flow's T_m series. A flow is confirmed slow when, over its last `window`
+# intervals (5 x 0.4 s), the MEDIAN of T_m is below slow_ratio x the median of T_mean (paper
+# 001's test on a robust statistic: one stalled interval, or one burst, does not
+# move a median of 5), and also when it fell below slow_ratio x its OWN earlier
+# median while being below the mean (a mirror that slows down abruptly; its own
+# history says this is a drop, not its normal pace).
+
+
+def _median(xs: Sequence[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    if n == 0:
+        raise ValueError("median of nothing")
+    mid = n // 2
+    return s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def confirm_slow(
+    t_series: Sequence[float],
+    mean_series: Sequence[float],
+    *,
+    window: int = 5,
+    slow_ratio: float = SLOW_RATIO,
+) -> bool:
+    """True when the flow's last ``window`` intervals say it is slow (see above).
+
+    ``t_series[i]`` is the flow's T_m and ``mean_series[i]`` the T_mean of the same
+    interval, oldest first, for consecutive intervals of one lane only.
+    """
+    if window < 1 or not 0 < slow_ratio < 1:
+        raise ValueError("window must be >= 1 and slow_ratio in (0, 1)")
+    if len(t_series) != len(mean_series):
+        raise ValueError("t_series and mean_series must have the same length")
+    if len(t_series) < window:
+        return False
+    recent = _median(t_series[-window:])
+    recent_mean = _median(mean_series[-window:])
+    if recent_mean <= 0:
+        return False  # nobody moves: a stall, the stall timeout handles it
+    if recent < slow_ratio * recent_mean:
+        return True
+    earlier = t_series[:-window]
+    if len(earlier) >= window and recent < recent_mean:
+        own = _median(earlier)
+        # every recent interval below half its own pace: a drop, not noise
+        return own > 0 and max(t_series[-window:]) < slow_ratio * own
+    return False
