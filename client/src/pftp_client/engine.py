@@ -36,7 +36,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from statistics import median
 from typing import Literal
 
 from pftp_client.flow_observer import DetectorFactory, FlowObserver, FlowTimings
@@ -46,12 +45,7 @@ from pftp_client.pieces import PieceGrid, split_unit
 from pftp_client.plan import MirrorSource, Plan
 from pftp_client.ranges import RangeOwners, RangeSet, split_evenly
 from pftp_client.rate import RateMeter
-from pftp_client.slow_server import (
-    FlowProgress,
-    SlowVerdict,
-    confirm_slow,
-    reduced_portion,
-)
+from pftp_client.slow_server import FlowProgress, find_slow_flows, reduced_portion
 from pftp_client.summary import EventKind, MirrorEvent, MirrorStats
 from pftp_client.tail import Duplicate, LaneView, Steal, plan_tail_move
 from pftp_client.transports.base import (
@@ -82,14 +76,10 @@ class EngineConfig:
     max_consecutive_failures: int = 3  # transient errors retried on one mirror
     max_total_failures: int = 8
     backoff_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
-    monitor_interval_s: float = 0.4  # Slow-Server-Algo monitoring interval (shortest)
+    monitor_interval_s: float = 1.0  # Slow-Server-Algo monitoring interval
     slow_ratio: float = 0.5  # slow_server.SLOW_RATIO
     slow_min_pieces: int = 4  # a flow with less left than this is not cut
-    slow_window: int = 5  # intervals whose median decides (slow_server.confirm_slow)
-    # An interval counts only once the judged flows together received this much;
-    # at low rates the interval stretches until it has (rate-aware checking).
-    slow_min_interval_bytes: int = 512 * 1024
-    slow_recut_s: float = 3.0  # a flow is cut at most once per this many seconds
+    slow_strikes: int = 2  # consecutive slow intervals before a cut (noise guard)
     duplicate_budget: float = 0.01  # share of the file that may be fetched twice
     default_latency_s: float = 0.05  # request latency before one is measured
     ring_capacity: int = 4096  # arrivals kept per flow for the congestion detector
@@ -829,11 +819,9 @@ class DownloadEngine:
         self._log(f"{flow.id}: {kind}: {detail}")
 
     def _monitor(self) -> None:
-        """Slow-Server-Algo every monitoring interval (paper 001, lines 25-38),
-        confirmed over several intervals (slow_server.confirm_slow)."""
+        """Slow-Server-Algo every monitoring interval (paper 001, lines 25-38)."""
         prev: dict[str, tuple[int, int, int]] = {}  # flow -> (lane id, bytes, remaining)
-        series: dict[str, tuple[int, list[float], list[float]]] = {}  # lane id, T_m, T_mean
-        keep = 4 * self.cfg.slow_window  # bounded history per lane
+        strikes: dict[str, int] = {}
         while True:
             with self._lock:
                 # Notifications are frequent (every piece): wait out the full interval.
@@ -858,37 +846,13 @@ class DownloadEngine:
                     before = prev.get(f.id)
                     if before is not None and before[0] == lane.id:
                         progress.append(FlowProgress(f.id, f.stats.bytes - before[1], before[2]))
-                judged = {p.flow_id for p in progress}
-                if sum(p.received for p in progress) < self.cfg.slow_min_interval_bytes:
-                    # too few bytes for a verdict: stretch the interval (keep the old
-                    # start for flows still on the same lane), judge nobody yet
-                    prev = {k: (prev[k] if k in judged else v) for k, v in current.items()}
-                    continue
                 prev = current
-                t = {p.flow_id: p.received / p.portion for p in progress if p.portion > 0}
-                t_mean = sum(t.values()) / len(t) if len(t) >= 2 else 0.0
-                verdicts: list[SlowVerdict] = []
-                for fid, tm in t.items():
-                    lane_id = current[fid][0]
-                    hist = series.get(fid)
-                    if hist is None or hist[0] != lane_id:
-                        hist = series[fid] = (lane_id, [], [])
-                    hist[1].append(tm)
-                    hist[2].append(t_mean)
-                    del hist[1][:-keep], hist[2][:-keep]
-                    if confirm_slow(
-                        hist[1],
-                        hist[2],
-                        window=self.cfg.slow_window,
-                        slow_ratio=self.cfg.slow_ratio,
-                    ):
-                        w = self.cfg.slow_window
-                        verdicts.append(
-                            SlowVerdict(fid, median(hist[1][-w:]), median(hist[2][-w:]))
-                        )
-                for fid in [k for k in series if k not in t]:
-                    del series[fid]
+                verdicts = find_slow_flows(progress, self.cfg.slow_ratio)
+                slow_now = {v.flow_id for v in verdicts}
+                strikes = {f: strikes.get(f, 0) + 1 for f in slow_now}
                 for verdict in verdicts:
+                    if strikes[verdict.flow_id] < self.cfg.slow_strikes:
+                        continue
                     flow = self.flows[verdict.flow_id]
                     lane = flow.lane
                     if lane is None or lane.kind != "normal" or lane.shadow is not None:
@@ -896,7 +860,7 @@ class DownloadEngine:
                     remaining = lane.owned_end - lane.reserved
                     if remaining < self.cfg.slow_min_pieces * self.grid.piece_size:
                         continue
-                    if now - flow.last_cut < self.cfg.slow_recut_s:
+                    if now - flow.last_cut < 3 * self.cfg.monitor_interval_s:
                         continue
                     split = self.grid.align_up(lane.reserved + reduced_portion(remaining, verdict))
                     if split >= lane.owned_end:
@@ -905,13 +869,12 @@ class DownloadEngine:
                     lane.end.lower_to(split)
                     lane.owned_end = split
                     flow.last_cut = now
-                    series.pop(flow.id, None)  # judge the shortened lane afresh
                     self.pool.add(split, old_end)
                     self._event(
                         "slow",
                         flow,
-                        f"T_m={verdict.t_m:.3g} vs T_mean={verdict.t_mean:.3g} "
-                        f"(median of {self.cfg.slow_window}); "
+                        f"T_m={verdict.t_m:.3g} < {self.cfg.slow_ratio} x "
+                        f"T_mean={verdict.t_mean:.3g}; "
                         f"[{split}, {old_end}) handed over",
                     )
                     self._start_backup()
