@@ -204,10 +204,9 @@ class DownloadEngine:
         self._repair_jobs: dict[int, RepairJob] = {}
         self._prefix_dirty = False
         self._writers = 0  # _sink calls writing outside the lock right now
-        if detector_factory is not None:
-            obs = detector_factory(self, self.timings)
-            if obs is not None:
-                self.observers.append(obs)
+        # Built once the flows run (see run): creating it loads numpy, which would
+        # otherwise delay the first byte by a few hundred milliseconds.
+        self._detector_factory = detector_factory
 
     # --- public -----------------------------------------------------------------------
 
@@ -223,6 +222,13 @@ class DownloadEngine:
                     self._start_flow(src, "active")
         monitor = threading.Thread(target=self._monitor, name="pftp-monitor", daemon=True)
         monitor.start()
+        if self._detector_factory is not None:
+            threading.Thread(
+                target=self._attach_detector,
+                args=(self._detector_factory,),
+                name="pftp-detector-start",
+                daemon=True,
+            ).start()
         try:
             with self._lock:
                 while not self._finished and self._abort is None:
@@ -340,6 +346,26 @@ class DownloadEngine:
             self._start_flow(src, "backup")
             return True
         return False
+
+    def _attach_detector(self, factory: DetectorFactory) -> None:
+        """Create the shared-congestion observer and catch it up with the flows that
+        started meanwhile; it reads their arrival history from ``self.timings``."""
+        try:
+            obs = factory(self, self.timings)
+        except Exception as exc:
+            self._log(f"shared-congestion detection not started: {exc}")
+            return
+        if obs is None:
+            return
+        with self._lock:
+            if self._finished or self._abort is not None:
+                return
+            live = [(f.id, f.mirror.name) for f in self.flows.values() if f.alive]
+            self.observers.append(obs)
+        # A flow whose thread starts just now may announce itself as well: observers
+        # treat a repeated flow_started as the same flow.
+        for fid, name in live:
+            self._notify(obs, "flow_started", fid, name)
 
     # --- flows ------------------------------------------------------------------------
 

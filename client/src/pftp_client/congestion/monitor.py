@@ -280,6 +280,8 @@ class MonitorObserver:
             self.on_event(event)
 
     def flow_started(self, flow_id: str, mirror: str) -> None:
+        if flow_id in self._mirror:  # the engine may announce a flow twice on attach
+            return
         self._started += 1
         self._mirror[flow_id] = mirror
         rank = self.rank_of(mirror) if self.rank_of else None
