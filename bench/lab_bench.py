@@ -117,7 +117,8 @@ def run_scenario(sc: Scenario, *, quick: bool, runs: int, idx: int, total: int,
                     print(f"  {tool.name:<18} unavailable: {reason[:120]}", flush=True)
                     continue
                 times, oks, errors, details = [], [], [], []
-                for r in range(runs):
+                tool_runs = min(runs, tool.max_runs or runs)
+                for r in range(tool_runs):
                     res = run_once(tool, ctx, r)
                     times.append(res.seconds)
                     oks.append(res.ok)
@@ -126,7 +127,7 @@ def run_scenario(sc: Scenario, *, quick: bool, runs: int, idx: int, total: int,
                     if res.detail:
                         details.append(res.detail)
                     mark = "ok" if res.ok else f"FAILED ({res.error[:140]})"
-                    print(f"  {tool.name:<18} run {r + 1}/{runs}: {res.seconds:7.2f} s  "
+                    print(f"  {tool.name:<18} run {r + 1}/{tool_runs}: {res.seconds:7.2f} s  "
                           f"x{res.seconds / bound:5.2f}  {mark}", flush=True)
                 summary = report.summarize(times, oks, bound)
                 summary["status"] = "ok" if all(oks) else "failed" if not any(oks) else "partial"
