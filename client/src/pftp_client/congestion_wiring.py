@@ -190,6 +190,7 @@ class CongestionSession:
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._observer: Any = None
+        self._stopped = False
         self.capture: Any = None
         self.endpoints: dict[str, Endpoint] = {}
         mirrors = [*active, *backups]
@@ -239,12 +240,18 @@ class CongestionSession:
             return
         self.endpoints = dict(self._plan.endpoints)
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """Stop detection. ``wait=False`` (the download is over) only signals the
+        monitor and capture threads: a detection round or a capture drain in progress
+        finishes on its own (daemon threads) instead of delaying the exit, and an
+        event it would still report is ignored."""
+        with self._lock:
+            self._stopped = True
         obs = self._observer
         if obs is not None:
-            obs.monitor.stop(wait=True)
+            obs.monitor.stop(wait=wait)
         if self.capture is not None:
-            self.capture.stop()
+            self.capture.stop(wait=wait)
             self.capture = None
 
     def _rank(self, name: str) -> float | None:
@@ -257,6 +264,8 @@ class CongestionSession:
 
     def _on_event(self, event: Any) -> None:
         with self._lock:
+            if self._stopped:
+                return
             self.events.append(
                 {
                     "at_s": round(event.at_ns / 1e9 - self.t0, 3),
@@ -278,6 +287,18 @@ class CongestionSession:
 
     def _keep_observer(self, obs: Any) -> None:
         self._observer = obs
+
+    def lazy_factory(self) -> Any:
+        """Like ``factory`` but imports nothing until the engine calls it (from its
+        detector-start thread, after the flows started), or None when detection is off."""
+        if self.source is None:
+            return None
+
+        def build(control: Any, timings: Any) -> Any:
+            real = self.factory()
+            return None if real is None else real(control, timings)
+
+        return build
 
     def factory(self) -> Any:
         """The engine's detector factory, or None when detection is off."""

@@ -389,7 +389,9 @@ def _run_plan(
             part.close()
             raise UsageError(str(exc)) from exc
         session.start()
-        detector_factory = session.factory()
+        # Deferred: building the factory imports numpy and the detectors (~0.2 s);
+        # the engine calls it from a background thread once the flows run.
+        detector_factory = session.lazy_factory()
         if session.kernel_timestamps:
             open_fetcher = _with_kernel_timestamps(open_fetcher)
     hasher = PrefixHasher(part)
@@ -420,21 +422,28 @@ def _run_plan(
     if progress is not None:
         ticker.start()
     summary: DownloadSummary | None = None
+    # fsync overlaps the final hash (finalize's own fsync then finds little to flush)
+    syncer = threading.Thread(target=part.sync, name="pftp-fsync", daemon=True)
     try:
+        finished = False
         try:
             result = engine.run()
+            finished = True
         finally:
             ticker_stop.set()
             if ticker.is_alive():
                 ticker.join()
             if session is not None:
-                session.stop()
+                # Every byte is in: a detection round or capture drain in progress
+                # cannot change anything, so do not wait for it (~0.1 s).
+                session.stop(wait=not finished)
         congestion_info = (
             session.summary() if session is not None else {"mode": "custom", "source": None}
         )
         shared_with = congested_with(congestion_info.get("events", []))
         for s in result.mirrors:
             s.congested_with = list(shared_with.get(s.name, []))
+        syncer.start()
         digest = hasher.finish(ident.size)
         events = list(result.events)
         refetched = result.refetched_bytes
@@ -476,6 +485,7 @@ def _run_plan(
                 for s in result.mirrors:
                     if s.name == mirror and "corrupt" not in s.events:
                         s.events.append("corrupt")
+        syncer.join()
         part.finalize(target)
         control_file.remove(ctl)
         summary = DownloadSummary(
@@ -500,6 +510,8 @@ def _run_plan(
         )
     finally:
         hasher.close()
+        if syncer.is_alive():
+            syncer.join()  # before the fd is closed (and maybe reused)
         part.close()
         if progress is not None:
             progress.finish(summary)

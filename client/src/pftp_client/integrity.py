@@ -17,6 +17,7 @@ from pftp_client.part_file import PartFile
 from pftp_client.transports.base import RangeEnd, RangeFetcher, TransferError
 
 CHUNK = 1024 * 1024
+FINISH_CHUNK = 4 * 1024 * 1024
 ALT_SUFFIX = ".pftp-alt"
 
 
@@ -54,6 +55,7 @@ class PrefixHasher:
         self._cond = threading.Condition()
         self._closed = False
         self._error: BaseException | None = None
+        self._handoff = False  # finish(): stop after the current chunk
         self._thread = threading.Thread(target=self._run, name="pftp-hasher", daemon=True)
         self._thread.start()
 
@@ -77,21 +79,28 @@ class PrefixHasher:
                 with self._cond:
                     self._pos = pos + n
                     self._cond.notify_all()
+                    if self._handoff:
+                        return
         except BaseException as exc:  # surfaced by finish()
             with self._cond:
                 self._error = exc
                 self._cond.notify_all()
 
     def finish(self, size: int) -> str:
-        self.advance(size)
+        # The rest is hashed here, not by the thread: waking the caller once per
+        # chunk hands the GIL back and forth (up to the 5 ms switch interval each),
+        # which made the last 36 MiB take ~0.12 s instead of ~0.03 s.
         with self._cond:
-            while self._pos < size and self._error is None:
-                self._cond.wait()
+            self._handoff = True
             self._closed = True
             self._cond.notify_all()
         self._thread.join()
         if self._error is not None:
             raise self._error
+        while self._pos < size:
+            n = min(FINISH_CHUNK, size - self._pos)
+            self._h.update(self._part.pread(n, self._pos))
+            self._pos += n
         return self._h.hexdigest()
 
     def close(self) -> None:

@@ -19,10 +19,12 @@ import struct
 import threading
 from collections import deque
 from collections.abc import Iterable
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from pftp_client.congestion.timestamps import SCM_TIMESTAMPNS, SO_TIMESTAMPNS, TimestampSource
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ETH_P_ALL = 0x0003
 SO_ATTACH_FILTER = 26
@@ -190,6 +192,9 @@ class PacketCapture:
         self._sizes: dict[FlowKey, deque[int]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._discard = False  # stop(wait=False): skip the final drain
+        self._close_on_exit = False  # stop(wait=False): the thread closes the socket
+        self._thread_done = False
         self._sock: socket.socket | None = None
         self.packets_seen = 0
 
@@ -221,14 +226,24 @@ class PacketCapture:
     def _run(self) -> None:
         assert self._sock is not None
         sock = self._sock
-        while not self._stop.is_set():
-            ready, _, _ = select.select([sock], [], [], 0.1)
-            if ready and not self._read_one(sock):
+        try:
+            while not self._stop.is_set():
+                ready, _, _ = select.select([sock], [], [], 0.1)
+                if ready and not self._read_one(sock):
+                    return
+            if self._discard:
                 return
-        # stop() was called: take what the kernel already queued, then quit
-        sock.setblocking(False)
-        while self._read_one(sock):
-            pass
+            # stop() was called: take what the kernel already queued, then quit
+            sock.setblocking(False)
+            while self._read_one(sock):
+                pass
+        finally:
+            with self._lock:
+                self._thread_done = True
+                close = self._close_on_exit
+            if close:
+                sock.close()
+                self._sock = None
 
     def _read_one(self, sock: socket.socket) -> bool:
         """Read and record one frame; False when nothing is left (or the socket closed)."""
@@ -260,8 +275,17 @@ class PacketCapture:
             self._sizes[key].append(seg[3])
         return True
 
-    def stop(self) -> None:
-        self._stop.set()
+    def stop(self, wait: bool = True) -> None:
+        """Stop capturing. ``wait=False``: do not drain what the kernel queued nor
+        wait for the thread (it may sit in select for up to 0.1 s); the thread closes
+        the socket itself when it ends."""
+        with self._lock:
+            if not wait:
+                self._discard = True
+            self._stop.set()
+            if not wait and self._thread is not None and not self._thread_done:
+                self._close_on_exit = True
+                return
         if self._thread is not None:
             self._thread.join(timeout=5)
         if self._sock is not None:
@@ -279,6 +303,8 @@ class PacketCapture:
             return list(self._times)
 
     def timestamps(self, key: FlowKey) -> np.ndarray:
+        import numpy as np  # lazy: numpy (~0.1 s) stays off the start-up path
+
         key = (_canonical_ip(key[0]), int(key[1]), int(key[2]))
         with self._lock:
             return np.sort(np.fromiter(self._times.get(key, ()), dtype=np.int64))
@@ -289,6 +315,8 @@ class PacketCapture:
         ``remote_port`` None, from any port of that address but ``exclude_port``
         (an FTP server: its passive data ports change with every transfer, the
         control port only carries replies)."""
+        import numpy as np  # lazy: numpy (~0.1 s) stays off the start-up path
+
         ip = _canonical_ip(remote_ip)
         with self._lock:
             parts = [np.fromiter(v, dtype=np.int64) for k, v in self._times.items()
@@ -297,6 +325,8 @@ class PacketCapture:
         return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
     def sizes(self, key: FlowKey) -> np.ndarray:
+        import numpy as np  # lazy: numpy (~0.1 s) stays off the start-up path
+
         key = (_canonical_ip(key[0]), int(key[1]), int(key[2]))
         with self._lock:
             return np.fromiter(self._sizes.get(key, ()), dtype=np.int64)

@@ -20,8 +20,11 @@ import threading
 from collections import deque
 from collections.abc import Hashable
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux value
 SCM_TIMESTAMPNS = SO_TIMESTAMPNS
@@ -75,10 +78,14 @@ class ArrivalBuffer:
             return list(self._times)
 
     def timestamps(self, flow: Hashable) -> np.ndarray:
+        import numpy as np  # lazy: numpy (~0.1 s) stays off the start-up path
+
         with self._lock:
             return np.fromiter(self._times.get(flow, ()), dtype=np.int64)
 
     def sizes(self, flow: Hashable) -> np.ndarray:
+        import numpy as np  # lazy: numpy (~0.1 s) stays off the start-up path
+
         with self._lock:
             return np.fromiter(self._sizes.get(flow, ()), dtype=np.int64)
 
@@ -121,6 +128,8 @@ def clean_app_timestamps(
     all flows of the process at once, which makes independent flows look alike.
     Keeping only single-segment receives leaves the times that track arrivals.
     """
+    import numpy as np  # lazy: numpy (~0.1 s) stays off the start-up path
+
     times_ns = np.asarray(times_ns, dtype=np.int64)
     nbytes = np.asarray(nbytes)
     if times_ns.shape != nbytes.shape:
