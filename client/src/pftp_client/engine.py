@@ -295,13 +295,28 @@ class DownloadEngine:
 
     def drop_flows(self, flow_ids: Iterable[str], reason: str = "congested") -> list[str]:
         """Paper 001 Shared-Con-Algo lines 16-21: close these connections and open
-        as many to backup (passive) mirrors; remainders move to the pool."""
+        as many to backup (passive) mirrors; remainders move to the pool.
+
+        For congestion, a flow is only dropped when a backup takes its place: behind a
+        truly shared link the kept flow takes up the bandwidth anyway, so dropping
+        without a replacement gains nothing, while a wrong verdict would throw away a
+        healthy mirror. Returns the flows actually dropped."""
         dropped = []
         with self._lock:
+            spare = sum(
+                1
+                for b in self.backups
+                if b.name not in self.flows and b.name not in self.bad_mirrors
+            )
             for fid in flow_ids:
                 flow = self.flows.get(fid)
                 if flow is None or not flow.alive or self._finished:
                     continue
+                if reason == "congested":
+                    if spare == 0:
+                        self._log(f"{fid}: shares a congested link; kept (no backup mirror left)")
+                        continue
+                    spare -= 1
                 self._event("congested" if reason == "congested" else "failed", flow, reason)
                 self._retire(flow, "congested" if reason == "congested" else "dropped")
                 dropped.append(fid)

@@ -368,6 +368,34 @@ def test_congestion_hook_drops_flow_and_backup_takes_over(
     assert DownloadReport.model_validate(coord.reports[0]).mirrors[1].congested
 
 
+def test_congestion_drop_without_a_backup_keeps_the_flow(
+    tmp_path, ftp_mirrors, canned_coordinator
+):
+    """With no backup to take its place, a flow named by the detector keeps running:
+    dropping it could only lose bandwidth (and a wrong verdict would lose a mirror)."""
+    data = os.urandom(4 * 1024 * 1024 + 3)
+    m = ftp_mirrors({"f.bin": data}, 2, throttle={1: 512 * 1024})
+    coord = canned_coordinator(200, _answer(data, [m[0].url("f.bin"), m[1].url("f.bin")]))
+    made = []
+
+    def factory(control, timings):
+        made.append(DropAfter(control, "m1", 128 * 1024))
+        return made[0]
+
+    s = download(
+        "f.bin",
+        coordinator=coord.url,
+        output=tmp_path / "f.bin",
+        config=FAST,
+        access_bandwidth_bps=None,
+        detector_factory=factory,
+    )
+    _assert_clean(tmp_path / "f.bin", data)
+    assert made[0].seen >= 128 * 1024 and made[0].dropped == []
+    by = {x.name: x for x in s.mirrors}
+    assert by["m1"].state != "congested" and by["m1"].bytes > 128 * 1024
+
+
 def test_real_servers_vsftpd_pureftpd_nginx(tmp_path, vsftpd_server, pureftpd_server, nginx_server):
     """The engine over the Debian servers (fixtures from tests/client/conftest.py),
     including an nginx location that ignores Range (answers 200)."""

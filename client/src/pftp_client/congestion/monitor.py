@@ -275,7 +275,9 @@ class MonitorObserver:
 
     def _drop(self, flow_ids: list[FlowId], event: CongestionEvent) -> None:
         event.mirrors = [self._mirror.get(str(f), str(f)) for f in event.shared_set]
-        self.control.drop_flows([str(f) for f in flow_ids], "congested")
+        done = set(self.control.drop_flows([str(f) for f in flow_ids], "congested") or [])
+        # The engine keeps a flow it cannot replace with a backup: say what really happened.
+        event.dropped = [f for f in flow_ids if str(f) in done]
         if self.on_event is not None:
             self.on_event(event)
 
