@@ -11,6 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from pftp_coordinator.config import Settings
+from pftp_coordinator.db import session_scope
 
 
 def get_settings(request: Request) -> Settings:
@@ -19,15 +20,8 @@ def get_settings(request: Request) -> Settings:
 
 def get_session(request: Request) -> Iterator[Session]:
     """One session per request: committed when the route returns, rolled back on error."""
-    session: Session = request.app.state.session_factory()
-    try:
+    with session_scope(request.app.state.session_factory) as session:
         yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
