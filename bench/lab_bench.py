@@ -169,26 +169,33 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="pftp-bench-"))
     tmp.chmod(0o755)
+    result["complete"] = False
     try:
         for i, sc in enumerate(chosen, 1):
             result["scenarios"].append(run_scenario(
                 sc, quick=args.quick, runs=runs, idx=i, total=len(chosen), tmp=tmp,
                 only_tools=set(args.tool) if args.tool else None))
+            # After every scenario, so that an interrupted run still leaves its figures.
+            result["complete"] = i == len(chosen)
+            _write(result, args.out, time.monotonic() - t0)
     except LabError as exc:
         print(f"bench.lab_bench: lab error: {exc}", file=sys.stderr)
         return 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    result["machine"]["wall_s"] = round(time.monotonic() - t0, 1)
-    args.out.mkdir(parents=True, exist_ok=True)
-    tmp_json = args.out / "latest.json.tmp"
-    tmp_json.write_text(json.dumps(result, indent=2) + "\n")
-    tmp_json.replace(args.out / "latest.json")
-    (args.out / "latest.md").write_text(report.markdown(result) + "\n")
-    report.chart(result, args.out / "latest.png")
     print(f"\nwrote {args.out}/latest.json, latest.md, latest.png "
           f"({result['machine']['wall_s']} s)", flush=True)
     return 0
+
+
+def _write(result: dict[str, Any], out: Path, wall_s: float) -> None:
+    result["machine"]["wall_s"] = round(wall_s, 1)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp_json = out / "latest.json.tmp"
+    tmp_json.write_text(json.dumps(result, indent=2) + "\n")
+    tmp_json.replace(out / "latest.json")
+    (out / "latest.md").write_text(report.markdown(result) + "\n")
+    report.chart(result, out / "latest.png")
 
 
 if __name__ == "__main__":
