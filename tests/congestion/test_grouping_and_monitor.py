@@ -149,6 +149,38 @@ def test_detector_factory_plugs_into_the_engine_hook():
     assert obs.monitor._thread is None  # stopped once no flow is left
 
 
+class _SaturatedEngine(_Engine):
+    """An engine whose flows together fill the client's access link."""
+
+    def access_saturated(self):
+        return True
+
+
+def test_shared_set_on_a_full_access_link_is_reported_not_dropped():
+    from pftp_client.congestion_wiring import congested_with
+    from pftp_client.flow_observer import FlowTimings
+
+    rng = np.random.default_rng(5)
+    a, b = shared_link(rng, 2, 1.5 * MS, 900)
+    engine = _SaturatedEngine()
+    events = []
+    obs = congestion_detector_factory(on_event=events.append, interval_s=3600)(
+        engine, FlowTimings(16))
+    for fid, mirror in (("f1", "m1"), ("f2", "m2")):
+        obs.flow_started(fid, mirror)
+    for t, f in sorted((int(t), f) for f, ts in {"f1": a, "f2": b}.items() for t in ts):
+        obs.on_receive(f, t, 1448)
+    obs.monitor.check()
+    obs.monitor.check()
+    assert events and events[0].access_link and events[0].dropped == []
+    assert engine.dropped == []
+    # such a set says nothing about the mirrors' own paths: not reported
+    as_dicts = [{"mirrors": e.mirrors, "access_link": e.access_link} for e in events]
+    assert congested_with(as_dicts) == {}
+    assert congested_with([{"mirrors": ["m1", "m2"]}]) == {"m1": ["m2"], "m2": ["m1"]}
+    obs.monitor.stop()
+
+
 def test_app_recv_needs_stronger_evidence_for_shared():
     from pftp_client.congestion.detectors import pair_test_for
 

@@ -157,9 +157,13 @@ def kernel_timestamps_possible(urls: Iterable[str]) -> bool:
 
 def congested_with(events: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
     """Mirror -> the other mirrors it was found to share a congested link with
-    (every member of a shared set, kept or dropped), for MirrorReport.congested_with."""
+    (every member of a shared set, kept or dropped), for MirrorReport.congested_with.
+    A set found while the flows filled the client's access link says nothing about
+    the mirrors' own paths, so it is not reported."""
     out: dict[str, list[str]] = {}
     for ev in events:
+        if ev.get("access_link"):
+            continue
         members = list(ev["mirrors"])
         for m in members:
             others = out.setdefault(m, [])
@@ -276,8 +280,16 @@ class CongestionSession:
                     "source": str(event.source),
                     "confidence": round(float(event.confidence), 3),
                     "packets": int(event.packets),
+                    "access_link": bool(getattr(event, "access_link", False)),
                 }
             )
+        if getattr(event, "access_link", False):
+            self.say(
+                f"shared congested link: {', '.join(event.mirrors)} ({event.source}, "
+                f"confidence {event.confidence:.2f}, {event.packets} packets), but the flows "
+                "together fill the access link: that is the shared link; nothing dropped"
+            )
+            return
         self.say(
             f"shared congested link: {', '.join(event.mirrors)} "
             f"({event.source}, confidence {event.confidence:.2f}, {event.packets} packets); "

@@ -7,6 +7,7 @@ the same code against real servers on loopback.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -337,6 +338,9 @@ def _run_plan(
 ) -> DownloadSummary:
     ident = plan.file
     urls = plan.urls
+    if access_bw and cfg.access_bps is None:
+        # lets the engine tell the client's own access link from a shared upstream one
+        cfg = dataclasses.replace(cfg, access_bps=float(access_bw))
     ctl = ctl_path(target)
     part_p = part_path(target)
     done = RangeSet()

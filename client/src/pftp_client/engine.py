@@ -84,6 +84,12 @@ class EngineConfig:
     default_latency_s: float = 0.05  # request latency before one is measured
     ring_capacity: int = 4096  # arrivals kept per flow for the congestion detector
     finish_grace_s: float = 0.1  # after the last byte: how long to wait for flow threads
+    # The client's access bandwidth (bits/s, measured or configured; None: unknown).
+    # When the flows together fill this share of it, the congested link they share
+    # is the client's own access link: every mirror's path crosses it, so dropping a
+    # flow for a backup cannot help (see drop_flows).
+    access_bps: float | None = None
+    access_saturation: float = 0.8
 
 
 LaneKind = Literal["normal", "duplicate", "repair"]
@@ -193,6 +199,7 @@ class DownloadEngine:
         self.backups: deque[MirrorSource] = deque(plan.backups)
         self.bad_mirrors: set[str] = set()
         self.timings = FlowTimings(self.cfg.ring_capacity)
+        self._aggregate = RateMeter(window_s=0.5, step_s=0.02, min_span_s=0.05)  # all flows
         self.observers: list[FlowObserver] = [self.timings, *observers]
         self.duplicate_bytes = 0
         self.refetched_bytes = 0
@@ -293,6 +300,18 @@ class DownloadEngine:
         with self._lock:
             return [f.id for f in self.flows.values() if f.alive and f.lane is not None]
 
+    def aggregate_bps(self) -> float | None:
+        """All flows together, bits/s over the last half second."""
+        r = self._aggregate.rate(self._clock())
+        return None if r is None else r * 8
+
+    def access_saturated(self) -> bool:
+        """True when the flows together fill the client's access link (so a shared
+        congested link they see is most likely that one)."""
+        access = self.cfg.access_bps
+        agg = self.aggregate_bps()
+        return bool(access) and agg is not None and agg >= self.cfg.access_saturation * access
+
     def drop_flows(self, flow_ids: Iterable[str], reason: str = "congested") -> list[str]:
         """Paper 001 Shared-Con-Algo lines 16-21: close these connections and open
         as many to backup (passive) mirrors; remainders move to the pool.
@@ -300,8 +319,17 @@ class DownloadEngine:
         For congestion, a flow is only dropped when a backup takes its place: behind a
         truly shared link the kept flow takes up the bandwidth anyway, so dropping
         without a replacement gains nothing, while a wrong verdict would throw away a
-        healthy mirror. Returns the flows actually dropped."""
-        dropped = []
+        healthy mirror. Nor is one dropped while the flows together fill the client's
+        access link: that link is shared by every path, a backup's included.
+        Returns the flows actually dropped."""
+        dropped: list[str] = []
+        if reason == "congested" and self.access_saturated():
+            agg, access = self.aggregate_bps() or 0.0, self.cfg.access_bps or 0.0
+            self._log(
+                f"{', '.join(flow_ids)}: share a congested link, but together the flows "
+                f"fill the access link ({agg / 1e6:.1f} of {access / 1e6:.1f} Mbit/s); kept"
+            )
+            return dropped
         with self._lock:
             spare = sum(
                 1
@@ -688,6 +716,7 @@ class DownloadEngine:
                 if not self._writers:
                     self._lock.notify_all()
         flow.rate.add(m, now)
+        self._aggregate.add(m, now)
         for obs in self.observers:
             try:
                 obs.on_receive(flow.id, arrival_ns, len(data))

@@ -40,6 +40,9 @@ class FlowControl(Protocol):
 
     def active_flows(self) -> list[str]: ...
 
+    # Optional: ``access_saturated() -> bool``, True while the flows together fill
+    # the client's access link (a shared set found then is not acted on).
+
 
 class _Ring:
     __slots__ = ("count", "nbytes", "times")

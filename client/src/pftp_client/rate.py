@@ -13,9 +13,10 @@ class RateMeter:
     memory is bounded by window_s / step_s whatever the transfer rate.
     """
 
-    def __init__(self, window_s: float = 3.0, step_s: float = 0.1) -> None:
+    def __init__(self, window_s: float = 3.0, step_s: float = 0.1, min_span_s: float = 0.2) -> None:
         self.window_s = window_s
         self.step_s = step_s
+        self.min_span_s = min_span_s  # no rate from less time than this
         self.total = 0
         self._samples: deque[tuple[float, int]] = deque(maxlen=int(window_s / step_s) + 2)
         self._lock = threading.Lock()
@@ -46,7 +47,7 @@ class RateMeter:
             if len(self._samples) >= 1:
                 t0, b0 = self._samples[0]
                 dt = now - t0
-                if dt >= min(0.2, self.window_s) and self.total > b0:
+                if dt >= min(self.min_span_s, self.window_s) and self.total > b0:
                     self._last_rate = (self.total - b0) / dt
                 elif dt >= self.window_s:
                     self._last_rate = 0.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -394,6 +395,56 @@ def test_congestion_drop_without_a_backup_keeps_the_flow(
     assert made[0].seen >= 128 * 1024 and made[0].dropped == []
     by = {x.name: x for x in s.mirrors}
     assert by["m1"].state != "congested" and by["m1"].bytes > 128 * 1024
+
+
+class DropLater(DropAfter):
+    """Like DropAfter, but asks once ``after_s`` seconds of ``flow`` have passed
+    (on loopback the first megabytes arrive in a few ms, throttle or not)."""
+
+    def __init__(self, control, flow: str, after_s: float) -> None:
+        super().__init__(control, flow, 0)
+        self.after_s, self.first = after_s, None
+
+    def on_receive(self, flow_id, arrival_ns, nbytes):
+        if flow_id != self.flow or self.dropped:
+            return
+        self.seen += nbytes
+        self.first = self.first or time.monotonic()
+        if time.monotonic() - self.first >= self.after_s and self.seen:
+            self.dropped = self.control.drop_flows([flow_id], reason="congested")
+            self.asked = True
+
+
+def test_congestion_drop_refused_while_the_access_link_is_full(
+    tmp_path, ftp_mirrors, canned_coordinator
+):
+    """A shared congested link found while the flows together fill the client's
+    access link is that access link: every path crosses it, a backup's too, so no
+    flow is dropped (here the configured access bandwidth is tiny, so the aggregate
+    always fills it)."""
+    data = os.urandom(6 * 1024 * 1024 + 5)
+    m = ftp_mirrors({"f.bin": data}, 3, throttle={0: 1024 * 1024, 1: 512 * 1024})
+    coord = canned_coordinator(
+        200, _answer(data, [m[0].url("f.bin"), m[1].url("f.bin")], backups=[m[2].url("f.bin")])
+    )
+    made = []
+
+    def factory(control, timings):
+        made.append(DropLater(control, "m1", 1.0))
+        return made[0]
+
+    s = download(
+        "f.bin",
+        coordinator=coord.url,
+        output=tmp_path / "f.bin",
+        config=FAST,
+        access_bandwidth_bps=1000,
+        detector_factory=factory,
+    )
+    _assert_clean(tmp_path / "f.bin", data)
+    assert getattr(made[0], "asked", False) and made[0].dropped == []
+    by = {x.name: x for x in s.mirrors}
+    assert by["m1"].state != "congested" and "b0" not in by
 
 
 def test_real_servers_vsftpd_pureftpd_nginx(tmp_path, vsftpd_server, pureftpd_server, nginx_server):

@@ -57,6 +57,9 @@ class CongestionEvent:
     # mirror names of shared_set, in the same order (filled by MonitorObserver),
     # for MirrorReport.congested_with in the report to the coordinator
     mirrors: list[str] = field(default_factory=list)
+    # the flows together filled the client's access link when the set was found:
+    # the shared link is (most likely) that one, so nothing was dropped
+    access_link: bool = False
 
 
 # (ip, port) of a server; (ip, None, control_port) for an FTP server whose
@@ -275,7 +278,13 @@ class MonitorObserver:
 
     def _drop(self, flow_ids: list[FlowId], event: CongestionEvent) -> None:
         event.mirrors = [self._mirror.get(str(f), str(f)) for f in event.shared_set]
-        done = set(self.control.drop_flows([str(f) for f in flow_ids], "congested") or [])
+        saturated = getattr(self.control, "access_saturated", None)
+        event.access_link = bool(saturated is not None and saturated())
+        done = (
+            set()
+            if event.access_link
+            else set(self.control.drop_flows([str(f) for f in flow_ids], "congested") or [])
+        )
         # The engine keeps a flow it cannot replace with a backup: say what really happened.
         event.dropped = [f for f in flow_ids if str(f) in done]
         if self.on_event is not None:
