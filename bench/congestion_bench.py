@@ -127,6 +127,7 @@ def evaluate_run(trace: dict, mirror_link: Sequence[int], detector: str,
     # what the monitor feeds the test: app-recv without the late (coalesced) receives
     fed = times if source != "app-recv" else [
         clean_app_timestamps(t, n) for t, n in zip(times, sizes, strict=True)]
+    per_packet = source.startswith("packet")
     if any(t.size < 2 for t in times):
         return []
     t0 = min(int(t[0]) for t in times)
@@ -139,9 +140,13 @@ def evaluate_run(trace: dict, mirror_link: Sequence[int], detector: str,
         ever = False
         streak = 0
         for at in checks:
-            wa = fed[a][: np.searchsorted(fed[a], at, side="right")][-WINDOW:]
-            wb = fed[b][: np.searchsorted(fed[b], at, side="right")][-WINDOW:]
-            v = test(wa, wb)
+            ia = np.searchsorted(fed[a], at, side="right")
+            ib = np.searchsorted(fed[b], at, side="right")
+            wa, wb = fed[a][:ia][-WINDOW:], fed[b][:ib][-WINDOW:]
+            if per_packet:  # as the monitor does: packet sizes go with packet times
+                v = test(wa, wb, sizes=(sizes[a][:ia][-WINDOW:], sizes[b][:ib][-WINDOW:]))
+            else:
+                v = test(wa, wb)
             streak = streak + 1 if v.shared else 0
             if v.shared and streak < CONFIRMATIONS:
                 continue

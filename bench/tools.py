@@ -249,7 +249,7 @@ def _json_summary(text: str) -> str:
     start = text.find("{")
     if start >= 0:
         with contextlib.suppress(ValueError):
-            return json.dumps(json.loads(text[start:]), separators=(",", ":"))[:3000]
+            return json.dumps(json.loads(text[start:]), separators=(",", ":"))[:20000]
     return text.strip()[-1000:]
 
 

@@ -324,6 +324,35 @@ class PacketCapture:
                                         else k[1] != exclude_port)]
         return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
+    def packets_from(self, remote_ip: str, remote_port: int | None,
+                     exclude_port: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Like ``timestamps_from``, with each packet's payload bytes:
+        (arrival ns, sizes), both in arrival order."""
+        import numpy as np  # lazy: numpy (~0.1 s) stays off the start-up path
+
+        ip = _canonical_ip(remote_ip)
+        with self._lock:
+            keys = [k for k in self._times if k[0] == ip and (
+                k[1] == remote_port if remote_port is not None else k[1] != exclude_port)]
+            times = [np.fromiter(self._times[k], dtype=np.int64) for k in keys]
+            sizes = [np.fromiter(self._sizes[k], dtype=np.int64) for k in keys]
+        if not times:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        t, z = np.concatenate(times), np.concatenate(sizes)
+        order = np.argsort(t, kind="stable")
+        return t[order], z[order]
+
+    def packets(self, key: FlowKey) -> tuple[np.ndarray, np.ndarray]:
+        """(arrival ns, payload bytes) of one flow key, in arrival order."""
+        import numpy as np  # lazy: numpy (~0.1 s) stays off the start-up path
+
+        key = (_canonical_ip(key[0]), int(key[1]), int(key[2]))
+        with self._lock:
+            t = np.fromiter(self._times.get(key, ()), dtype=np.int64)
+            z = np.fromiter(self._sizes.get(key, ()), dtype=np.int64)
+        order = np.argsort(t, kind="stable")
+        return t[order], z[order]
+
     def sizes(self, key: FlowKey) -> np.ndarray:
         import numpy as np  # lazy: numpy (~0.1 s) stays off the start-up path
 

@@ -16,6 +16,13 @@ Statistic (bits):  D = H(merged) - mean_i H(flow_i)
 All entropies use the same bins: width = mean inter-arrival time of the merged
 flows / ``BINS_PER_MEAN_GAP`` (so the test does not depend on the link rate),
 ``N_BINS`` bins plus one overflow bin, with the Miller-Madow bias correction.
+With packet sizes (a packet capture), each inter-arrival time is divided by the
+size of the packet that ended it: a busy link spaces packets by their own
+transmission time, size / rate, so time per byte is what stays on its lattice.
+This matters when the capture sees segmentation-offload super-packets (GSO on
+the path, GRO on the receiver: one "packet" of 2-40 segments): raw gaps then
+follow the burst sizes, and independent flows of equal rate looked shared
+(5 of 33 independent pairs in the lab, none with sizes; notes/congestion.md).
 Confidence: D is also computed on ``BLOCKS`` consecutive time blocks; the
 t-score of the block values against 0 gives a normal confidence. The
 thresholds are the values measured in bench/congestion_bench.py (see
@@ -31,7 +38,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pftp_client.congestion.overlap import Timestamps, as_timestamps, clip_to_common_window
+from pftp_client.congestion.overlap import (
+    Timestamps,
+    as_timestamps,
+    clip_to_common_window,
+    common_window,
+)
 from pftp_client.congestion.verdict import PairVerdict, Sharing, normal_confidence, undecided
 
 NAME = "entropy"
@@ -77,34 +89,81 @@ def mean_gap_ns(flows: Sequence[Timestamps]) -> float:
     return float(m[-1] - m[0]) / (m.size - 1)
 
 
-def entropy_difference(flows: Sequence[Timestamps], bin_width_ns: float) -> float:
+Sizes = np.ndarray
+
+
+def _gaps(times: Timestamps, sizes: Sizes | None) -> np.ndarray:
+    """Inter-arrival times, per byte of the later packet when sizes are known."""
+    g = np.diff(times)
+    return g if sizes is None else g / sizes[1:]
+
+
+def _merge(flows: Sequence[Timestamps], sizes: Sequence[Sizes] | None
+           ) -> tuple[Timestamps, Sizes | None]:
+    times = np.concatenate(flows)
+    order = np.argsort(times, kind="stable")
+    return times[order], None if sizes is None else np.concatenate(sizes)[order]
+
+
+def entropy_difference(
+    flows: Sequence[Timestamps], bin_width: float, sizes: Sequence[Sizes] | None = None
+) -> float:
     """D = H(merged) - mean H(flow) over the given packets (bits)."""
-    singles = [histogram_entropy(np.diff(f), bin_width_ns) for f in flows]
-    together = histogram_entropy(np.diff(merged(flows)), bin_width_ns)
+    per = sizes if sizes is not None else [None] * len(flows)
+    singles = [histogram_entropy(_gaps(f, s), bin_width) for f, s in zip(flows, per, strict=True)]
+    together = histogram_entropy(_gaps(*_merge(flows, sizes)), bin_width)
     return together - float(np.mean(singles))
 
 
+def _clip(flows: list[Timestamps], sizes: list[Sizes] | None
+          ) -> tuple[list[Timestamps], list[Sizes] | None]:
+    if sizes is None:
+        return clip_to_common_window(flows), None
+    start, end = common_window(flows)
+    keep = [(f >= start) & (f <= end) for f in flows]
+    return [f[k] for f, k in zip(flows, keep, strict=True)], [
+        s[k] for s, k in zip(sizes, keep, strict=True)
+    ]
+
+
+def _as_sizes(sizes: Sequence[Sequence[int] | np.ndarray], flows: list[Timestamps]
+              ) -> list[Sizes]:
+    out = []
+    for i, (s, f) in enumerate(zip(sizes, flows, strict=True)):
+        arr = np.asarray(s, dtype=np.float64)
+        if arr.shape != f.shape:
+            raise ValueError(f"flow {i}: {arr.size} sizes for {f.size} timestamps")
+        out.append(np.maximum(arr, 1.0))
+    return out
+
+
 def entropy_set_test(
-    flows: Sequence[Sequence[int] | np.ndarray], params: EntropyParams = DEFAULT_PARAMS
+    flows: Sequence[Sequence[int] | np.ndarray],
+    params: EntropyParams = DEFAULT_PARAMS,
+    sizes: Sequence[Sequence[int] | np.ndarray] | None = None,
 ) -> PairVerdict:
-    """Do all these flows share one congested link? (pairs or larger sets)."""
+    """Do all these flows share one congested link? (pairs or larger sets)
+    ``sizes``: each packet's payload bytes, parallel to ``flows`` (packet captures)."""
     if len(flows) < 2:
         raise ValueError("need at least two flows to test for shared congestion")
-    arrs = clip_to_common_window([as_timestamps(f, f"flow {i}") for i, f in enumerate(flows)])
+    raw = [as_timestamps(f, f"flow {i}") for i, f in enumerate(flows)]
+    arrs, szs = _clip(raw, None if sizes is None else _as_sizes(sizes, raw))
     packets = min(int(a.size) for a in arrs)
     if packets < params.min_packets:
         return undecided(NAME, packets, f"{packets} < {params.min_packets} packets per flow")
-    width = mean_gap_ns(arrs) / BINS_PER_MEAN_GAP
+    width = float(np.mean(_gaps(*_merge(arrs, szs)))) / BINS_PER_MEAN_GAP
     if not width > 0:
         return undecided(NAME, packets, "all packets have the same timestamp")
-    d = entropy_difference(arrs, width)
+    d = entropy_difference(arrs, width, szs)
     start, end = int(min(a[0] for a in arrs)), int(max(a[-1] for a in arrs))
     edges = np.linspace(start, end + 1, params.blocks + 1)
     block_d = []
     for lo, hi in itertools.pairwise(edges):
-        part = [a[(a >= lo) & (a < hi)] for a in arrs]
+        keep = [(a >= lo) & (a < hi) for a in arrs]
+        part = [a[k] for a, k in zip(arrs, keep, strict=True)]
         if min(p.size for p in part) >= 8:
-            block_d.append(entropy_difference(part, width))
+            psz = None if szs is None else [s[k] for s, k in zip(szs, keep, strict=True)]
+            block_d.append(entropy_difference(part, width, psz))
     if len(block_d) >= 2 and np.std(block_d, ddof=1) > 0:
         t = float(np.mean(block_d)) / (float(np.std(block_d, ddof=1)) / math.sqrt(len(block_d)))
         conf = normal_confidence(t) if np.sign(t) == np.sign(d) else 0.0
@@ -123,5 +182,6 @@ def entropy_pair_test(
     a: Sequence[int] | np.ndarray,
     b: Sequence[int] | np.ndarray,
     params: EntropyParams = DEFAULT_PARAMS,
+    sizes: tuple[Sequence[int] | np.ndarray, Sequence[int] | np.ndarray] | None = None,
 ) -> PairVerdict:
-    return entropy_set_test([a, b], params)
+    return entropy_set_test([a, b], params, sizes)

@@ -145,7 +145,11 @@ class SharedCongestionMonitor:
             self._app.add(flow_id, int(arrival_ns), int(nbytes))
 
     # -- detection ---------------------------------------------------------
-    def _timestamps(self) -> tuple[dict[FlowId, np.ndarray], dict[FlowId, float], TimestampSource]:
+    def _timestamps(self) -> tuple[
+        dict[FlowId, np.ndarray], dict[FlowId, float], TimestampSource,
+        dict[FlowId, np.ndarray] | None,
+    ]:
+        """(arrival ns per flow, ranks, source, payload bytes per packet or None)."""
         with self._lock:
             flows = dict(self._flows)
         ranks = {f: s.rank for f, s in flows.items()}
@@ -158,12 +162,13 @@ class SharedCongestionMonitor:
         if self.capture is not None and flows and all(s.remote for s in flows.values()):
             cap = self.capture
             packet = {
-                f: cap.timestamps(s.key) if s.key else cap.timestamps_from(*s.remote)  # type: ignore[misc]
+                f: cap.packets(s.key) if s.key else cap.packets_from(*s.remote)  # type: ignore[misc]
                 for f, s in flows.items()
             }
-            if all(a.size >= 2 for a in packet.values()):
+            if all(t.size >= 2 for t, _z in packet.values()):
                 w = self.window_packets
-                return {f: a[-w:] for f, a in packet.items()}, ranks, self.capture.source
+                return ({f: t[-w:] for f, (t, _z) in packet.items()}, ranks,
+                        self.capture.source, {f: z[-w:] for f, (_t, z) in packet.items()})
         w = self.window_packets
         if self.app_source is TimestampSource.APP_RECV:
             # late reads carry the time of the read, not of an arrival (timestamps.py)
@@ -171,20 +176,22 @@ class SharedCongestionMonitor:
                    for f in flows}
         else:  # kernel receive times stay true however late the read
             app = {f: self._app.timestamps(f)[-w:] for f in flows}
-        return app, ranks, self.app_source
+        # read sizes are not packet sizes: no per-byte spacing for app sources
+        return app, ranks, self.app_source, None
 
     def check(self) -> list[CongestionEvent]:
         """One detection round; drops flows of each shared set found."""
-        flows, ranks, source = self._timestamps()
+        flows, ranks, source, sizes = self._timestamps()
         self.last_source = source
         if len(flows) < 2:
             return []
         base = pair_test_for(self.detector, source)
         streak = self._streak
 
-        def confirmed(a: np.ndarray, b: np.ndarray, ids: frozenset) -> PairVerdict:
+        def confirmed(fa: FlowId, a: np.ndarray, fb: FlowId, b: np.ndarray) -> PairVerdict:
             # a pair counts as shared only after ``confirmations`` checks in a row
-            v = base(a, b)
+            ids = frozenset((fa, fb))
+            v = base(a, b) if sizes is None else base(a, b, sizes=(sizes[fa], sizes[fb]))
             streak[ids] = streak.get(ids, 0) + 1 if v.shared else 0
             if v.shared and streak[ids] < self.confirmations:
                 return PairVerdict(v.detector, Sharing.UNDECIDED, v.confidence, v.packets,
@@ -193,7 +200,7 @@ class SharedCongestionMonitor:
 
         keyed = {f: (f, a) for f, a in flows.items()}
         grouping = group_flows(
-            keyed, lambda x, y: confirmed(x[1], y[1], frozenset((x[0], y[0]))), ranks)
+            keyed, lambda x, y: confirmed(x[0], x[1], y[0], y[1]), ranks)
         self.last_grouping = grouping
         events = []
         for shared in grouping.shared_sets:

@@ -95,8 +95,8 @@ def save(path: str, recs: Sequence[FlowRecord], cap: PacketCapture | None, meta:
         arrays[f"app_kernel_{i}"] = np.asarray(r.app_kernel, dtype=np.int64)
         arrays[f"app_bytes_{i}"] = np.asarray(r.app_bytes, dtype=np.int64)
         key = (r.remote[0], r.remote[1], r.local_port)
-        arrays[f"packet_{i}"] = cap.timestamps(key) if cap else np.zeros(0, np.int64)
-        arrays[f"packet_bytes_{i}"] = cap.sizes(key) if cap else np.zeros(0, np.int64)
+        times, sizes = cap.packets(key) if cap else (np.zeros(0, np.int64),) * 2
+        arrays[f"packet_{i}"], arrays[f"packet_bytes_{i}"] = times, sizes  # same order
     meta = dict(meta, flows=[{"remote": list(r.remote), "local_port": r.local_port,
                               "received": r.received, "error": r.error} for r in recs])
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
