@@ -185,6 +185,7 @@ def test_events_become_report_fields():
             "source": "app-recv",
             "confidence": 0.93,
             "packets": 150,
+            "access_link": False,
         }
     ]
     assert congested_with(out["events"]) == {"m0": ["m1"], "m1": ["m0"]}

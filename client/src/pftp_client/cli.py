@@ -15,6 +15,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 from collections.abc import Sequence
@@ -203,7 +204,13 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main() -> None:
-    sys.exit(run())
+    code = run()
+    # Everything is done (file in place, report sent, output flushed below by the
+    # exit). Freezing the heap spares the interpreter's final collections over
+    # every object of pydantic/numpy/...: ~0.1 s less between the last byte and
+    # the exit. atexit handlers, thread joins and stream flushes still run.
+    gc.freeze()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

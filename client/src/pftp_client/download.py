@@ -222,7 +222,7 @@ def download(
     plan: Plan | None = None
     used_coordinator: str | None = None
     if name and coordinators:
-        from pftp_wire import AssignmentRequest
+        from pftp_wire.plain import AssignmentRequest
 
         request = AssignmentRequest(file=name, access_bandwidth_bps=bw)
         try:
@@ -532,7 +532,7 @@ def _fmt_bw(bps: int | None) -> str:
 
 
 def _report(coordinator: str, summary: DownloadSummary, say: Callable[[str], None]) -> None:
-    from pftp_wire import DownloadReport, MirrorReport
+    from pftp_wire.plain import DownloadReport, MirrorReport
 
     report = DownloadReport(
         request_id=summary.request_id,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from pftp_wire import AssignmentResponse
+    from pftp_wire import models, plain
 
 SUPPORTED_SCHEMES = ("ftp", "http", "https")
 PlanMode = Literal["coordinated", "dynamic", "single"]
@@ -111,7 +111,7 @@ def check_tiling(size: int, spans: list[tuple[str, int, int]]) -> None:
         raise PlanError(f"bytes [{pos}, {size}) are not assigned to any mirror")
 
 
-def plan_from_assignments(resp: AssignmentResponse) -> Plan:
+def plan_from_assignments(resp: plain.AssignmentResponse | models.AssignmentResponse) -> Plan:
     info = resp.file
     ident = FileIdentity(
         name=info.name,

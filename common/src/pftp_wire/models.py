@@ -7,9 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-API_PREFIX = "/api/v1"
-# UDP port of the coordinator's periodic announcement (paper 004, 3.2.4).
-ANNOUNCE_PORT = 7461
+from pftp_wire.constants import ANNOUNCE_PORT as ANNOUNCE_PORT
+from pftp_wire.constants import API_PREFIX as API_PREFIX
 
 Protocol = Literal["ftp", "http", "https"]
 
