@@ -30,6 +30,17 @@ def test_takes_mirrors_until_access_bandwidth_is_covered():
     assert sel.mode == "ranked"
 
 
+def test_a_mirror_that_already_fills_the_access_link_is_enough():
+    """Its measured rate is goodput through that link (~95 % of it): no second
+    mirror behind the same full link."""
+    rs = ranked(3.83e6, 20e6, 10e6)
+    sel = select_mirrors(rs, access_bandwidth_bps=4e6, max_mirrors=8, backup_count=2)
+    assert keys(sel.selected) == [1]
+    short = select_mirrors(ranked(3.4e6, 20e6), access_bandwidth_bps=4e6, max_mirrors=8,
+                           backup_count=0)
+    assert keys(short.selected) == [1, 2]  # 85 %: not covered
+
+
 def test_slow_client_gets_one_mirror():
     rs = ranked(10e6, 10e6, 10e6)
     sel = select_mirrors(rs, access_bandwidth_bps=56_000, max_mirrors=8, backup_count=3)

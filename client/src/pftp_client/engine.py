@@ -89,7 +89,7 @@ class EngineConfig:
     # is the client's own access link: every mirror's path crosses it, so dropping a
     # flow for a backup cannot help (see drop_flows).
     access_bps: float | None = None
-    access_saturation: float = 0.8
+    access_saturation: float = 0.7  # goodput under loss sits at 75-95 % of a full link
 
 
 LaneKind = Literal["normal", "duplicate", "repair"]
@@ -345,7 +345,13 @@ class DownloadEngine:
                         self._log(f"{fid}: shares a congested link; kept (no backup mirror left)")
                         continue
                     spare -= 1
-                self._event("congested" if reason == "congested" else "failed", flow, reason)
+                detail = reason
+                if reason == "congested" and self.cfg.access_bps:
+                    agg = self.aggregate_bps()
+                    if agg is not None:  # why the access link was not blamed
+                        detail += (f" (flows together {agg / 1e6:.1f} of "
+                                   f"{self.cfg.access_bps / 1e6:.1f} Mbit/s access)")
+                self._event("congested" if reason == "congested" else "failed", flow, detail)
                 self._retire(flow, "congested" if reason == "congested" else "dropped")
                 dropped.append(fid)
                 self._start_backup()
