@@ -9,7 +9,7 @@ PKG_FILES := constraints.txt requirements-dev.txt common/pyproject.toml server/p
              client/pyproject.toml probe-agent/pyproject.toml lab/pyproject.toml
 
 .PHONY: install compile system-deps test test-fast lint demo bench bench-quick bench-coordinator \
-        bench-congestion clean
+        bench-congestion bench-loopback clean
 
 install: $(STAMP)
 
@@ -52,6 +52,9 @@ bench-coordinator: install compile system-deps
 
 bench-congestion: install compile system-deps
 	$(PY) -m bench.congestion_bench
+
+bench-loopback: install compile system-deps
+	$(PY) -m bench.loopback_throughput
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
