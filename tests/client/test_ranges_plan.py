@@ -14,7 +14,7 @@ from pftp_client.plan import (
     dynamic_plan,
     plan_from_assignments,
 )
-from pftp_client.ranges import RangeOwners, RangeSet, split_evenly
+from pftp_client.ranges import RangeOwners, RangeSet, deal_in_rounds, split_evenly
 from pftp_wire import AssignmentResponse
 
 intervals = st.lists(
@@ -56,6 +56,34 @@ def test_split_evenly_partitions(adds, parts):
     assert merged == todo
     sizes = [g.total() for g in groups]
     assert max(sizes) - min(sizes) <= 1
+
+
+@given(intervals, st.integers(1, 5), st.integers(1, 60), st.integers(1, 8))
+def test_deal_in_rounds_partitions_in_file_order(adds, parts, block, max_rounds):
+    todo = RangeSet(adds)
+    groups = deal_in_rounds(todo, parts, block, max_rounds)
+    merged = RangeSet()
+    for g in groups:
+        assert not any(merged.overlaps(s, e) for s, e in g)
+        for s, e in g:
+            merged.add(s, e)
+    assert merged == todo
+    sizes = [g.total() for g in groups]
+    rounds = max(1, min(max_rounds, todo.total() // (parts * block)))
+    assert max(sizes) - min(sizes) <= rounds
+
+
+def test_deal_in_rounds_interleaves_large_files_only():
+    mib = 1 << 20
+    one = deal_in_rounds(RangeSet([(0, 8 * mib)]), 2, 4 * mib, 8)
+    assert [list(g) for g in one] == [[(0, 4 * mib)], [(4 * mib, 8 * mib)]]  # = split_evenly
+    four = deal_in_rounds(RangeSet([(0, 8 * mib)]), 2, mib, 8)
+    assert list(four[0]) == [(0, mib), (2 * mib, 3 * mib), (4 * mib, 5 * mib), (6 * mib, 7 * mib)]
+    assert next(iter(four[1])) == (mib, 2 * mib)
+    capped = deal_in_rounds(RangeSet([(0, 64 * mib)]), 2, mib, 3)
+    assert len(list(capped[0])) == 3
+    with pytest.raises(ValueError):
+        deal_in_rounds(RangeSet([(0, 10)]), 0, 1, 1)
 
 
 def test_owners_replace_and_coalesce():

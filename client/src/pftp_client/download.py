@@ -367,6 +367,7 @@ def _run_plan(
     grid = PieceGrid(ident.size, piece_size)
     target.parent.mkdir(parents=True, exist_ok=True)
     part = PartFile(part_p, ident.size, reuse=resumed > 0)
+    part.start_flusher()
     state = ControlState(
         ident.name, ident.size, ident.sha256, piece_size, urls, done, owners.runs()
     )

@@ -43,7 +43,7 @@ from pftp_client.integrity import sha256_of_buffer, sha256_of_range
 from pftp_client.part_file import PartFile
 from pftp_client.pieces import PieceGrid, split_unit
 from pftp_client.plan import MirrorSource, Plan
-from pftp_client.ranges import RangeOwners, RangeSet, split_evenly
+from pftp_client.ranges import RangeOwners, RangeSet, deal_in_rounds
 from pftp_client.rate import RateMeter
 from pftp_client.slow_server import FlowProgress, find_slow_flows, reduced_portion
 from pftp_client.summary import EventKind, MirrorEvent, MirrorStats
@@ -89,6 +89,14 @@ class EngineConfig:
     # is the client's own access link: every mirror's path crosses it, so dropping a
     # flow for a backup cannot help (see drop_flows).
     access_bps: float | None = None
+    # Dynamic mode on a large file: the equal blocks are dealt in rounds (each flow
+    # one block per round, rounds in file order) once every block would still hold
+    # this many bytes. The completed prefix then grows during the download, so the
+    # SHA-256 at the end covers the last round instead of all but the first block
+    # (4 GiB on loopback: 2.2 s of hashing after the last byte). A block costs one
+    # more request per flow, so only blocks this large are worth it.
+    round_block_bytes: int = 256 << 20
+    max_rounds: int = 8
     access_saturation: float = 0.7  # goodput under loss sits at 75-95 % of a full link
 
 
@@ -368,7 +376,10 @@ class DownloadEngine:
             for p in self.plan.portions:
                 self._initial_for[p.mirror.name] = by_mirror[p.mirror.name]
         else:
-            groups = split_evenly(todo, max(1, len(self.plan.active)))
+            groups = deal_in_rounds(
+                todo, max(1, len(self.plan.active)), self.cfg.round_block_bytes,
+                self.cfg.max_rounds,
+            )
             for src, g in zip(self.plan.active, groups, strict=True):
                 self._initial_for[src.name] = g
 

@@ -56,6 +56,7 @@ class PrefixHasher:
         self._closed = False
         self._error: BaseException | None = None
         self._handoff = False  # finish(): stop after the current chunk
+        self._buf = memoryview(bytearray(max(CHUNK, FINISH_CHUNK)))  # reused: no copies
         self._thread = threading.Thread(target=self._run, name="pftp-hasher", daemon=True)
         self._thread.start()
 
@@ -75,7 +76,7 @@ class PrefixHasher:
                         return
                     pos, target = self._pos, self._target
                 n = min(CHUNK, target - pos)
-                self._h.update(self._part.pread(n, pos))
+                self._h.update(self._buf[: self._part.readinto(self._buf[:n], pos)])
                 with self._cond:
                     self._pos = pos + n
                     self._cond.notify_all()
@@ -99,7 +100,7 @@ class PrefixHasher:
             raise self._error
         while self._pos < size:
             n = min(FINISH_CHUNK, size - self._pos)
-            self._h.update(self._part.pread(n, self._pos))
+            self._h.update(self._buf[: self._part.readinto(self._buf[:n], self._pos)])
             self._pos += n
         return self._h.hexdigest()
 

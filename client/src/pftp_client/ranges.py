@@ -172,6 +172,25 @@ def split_evenly(todo: RangeSet, parts: int) -> list[RangeSet]:
     return groups
 
 
+def deal_in_rounds(
+    todo: RangeSet, parts: int, block_bytes: int, max_rounds: int
+) -> list[RangeSet]:
+    """Equal blocks for ``parts`` flows, dealt in rounds: ``todo`` is cut into
+    consecutive regions, each split evenly among the flows, so every flow's work is
+    one block per region, in file order. As many rounds as keep blocks of at
+    least ``block_bytes`` (one round, i.e. ``split_evenly``, for smaller files),
+    at most ``max_rounds``."""
+    if parts < 1 or block_bytes < 1 or max_rounds < 1:
+        raise ValueError("parts, block_bytes and max_rounds must be >= 1")
+    rounds = max(1, min(max_rounds, todo.total() // (parts * block_bytes)))
+    out = [RangeSet() for _ in range(parts)]
+    for region in split_evenly(todo, rounds):
+        for mine, block in zip(out, split_evenly(region, parts), strict=True):
+            for s, e in block:
+                mine.add(s, e)
+    return out
+
+
 class RangeOwners:
     """Which mirror wrote which bytes: coalesced runs (start, end, owner).
 
