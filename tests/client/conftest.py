@@ -543,3 +543,31 @@ http {{
 @pytest.fixture
 def nginx_server(start_nginx: Callable[..., MirrorServer]) -> MirrorServer:
     return start_nginx()
+
+
+@pytest.fixture
+def http_servers() -> Iterator[Callable[..., str]]:
+    """``start(handler_class, tls=None) -> base URL``: a ThreadingHTTPServer on
+    loopback per call (HTTPS with an ssl context); all shut down after the test."""
+    import http.server
+    import ssl
+
+    servers: list[http.server.ThreadingHTTPServer] = []
+
+    def start(handler: type, tls: ssl.SSLContext | None = None) -> str:
+        srv = http.server.ThreadingHTTPServer((LOOPBACK, 0), handler)
+        srv.daemon_threads = True
+        if tls is not None:
+            srv.socket = tls.wrap_socket(srv.socket, server_side=True)
+        threading.Thread(
+            target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+        ).start()
+        servers.append(srv)
+        return f"{'https' if tls else 'http'}://{LOOPBACK}:{srv.server_address[1]}"
+
+    try:
+        yield start
+    finally:
+        for srv in servers:
+            srv.shutdown()
+            srv.server_close()

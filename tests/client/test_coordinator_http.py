@@ -10,8 +10,7 @@ import socket
 import ssl
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,9 +51,7 @@ class Scripted:
 
 
 @pytest.fixture
-def scripted() -> Iterator[Callable[..., Scripted]]:
-    servers: list[http.server.ThreadingHTTPServer] = []
-
+def scripted(http_servers: Callable[..., str]) -> Callable[..., Scripted]:
     def start(script: list[tuple[int, Any]], tls: ssl.SSLContext | None = None) -> Scripted:
         raw = [(s, b if isinstance(b, bytes) else json.dumps(b).encode()) for s, b in script]
         rec = Scripted("", raw)
@@ -75,24 +72,10 @@ def scripted() -> Iterator[Callable[..., Scripted]]:
                 self.end_headers()
                 self.wfile.write(out)
 
-        srv = http.server.ThreadingHTTPServer((LOOPBACK, 0), Handler)
-        srv.daemon_threads = True
-        if tls is not None:
-            srv.socket = tls.wrap_socket(srv.socket, server_side=True)
-        threading.Thread(
-            target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
-        ).start()
-        servers.append(srv)
-        scheme = "https" if tls else "http"
-        rec.url = f"{scheme}://{LOOPBACK}:{srv.server_address[1]}"
+        rec.url = http_servers(Handler, tls)
         return rec
 
-    try:
-        yield start
-    finally:
-        for srv in servers:
-            srv.shutdown()
-            srv.server_close()
+    return start
 
 
 @pytest.fixture

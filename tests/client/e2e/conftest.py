@@ -252,25 +252,11 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def http_mirror() -> Iterator[Callable[[Path], str]]:
-    servers: list[http.server.ThreadingHTTPServer] = []
-
+def http_mirror(http_servers: Callable[..., str]) -> Callable[[Path], str]:
     def start(root: Path) -> str:
-        handler = type("Range", (_RangeHandler,), {"root": root.resolve()})
-        srv = http.server.ThreadingHTTPServer((LOOPBACK, 0), handler)
-        srv.daemon_threads = True
-        threading.Thread(
-            target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
-        ).start()
-        servers.append(srv)
-        return f"http://{LOOPBACK}:{srv.server_address[1]}/"
+        return http_servers(type("Range", (_RangeHandler,), {"root": root.resolve()})) + "/"
 
-    try:
-        yield start
-    finally:
-        for srv in servers:
-            srv.shutdown()
-            srv.server_close()
+    return start
 
 
 @dataclass
@@ -281,9 +267,9 @@ class CannedCoordinator:
 
 
 @pytest.fixture
-def canned_coordinator() -> Iterator[Callable[[int, bytes | str | dict], CannedCoordinator]]:
-    servers: list[http.server.ThreadingHTTPServer] = []
-
+def canned_coordinator(
+    http_servers: Callable[..., str],
+) -> Callable[[int, bytes | str | dict], CannedCoordinator]:
     def start(status: int, body: bytes | str | dict) -> CannedCoordinator:
         raw = (
             json.dumps(body).encode()
@@ -315,21 +301,10 @@ def canned_coordinator() -> Iterator[Callable[[int, bytes | str | dict], CannedC
                 self.end_headers()
                 self.wfile.write(out)
 
-        srv = http.server.ThreadingHTTPServer((LOOPBACK, 0), Handler)
-        srv.daemon_threads = True
-        threading.Thread(
-            target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
-        ).start()
-        servers.append(srv)
-        rec.url = f"http://{LOOPBACK}:{srv.server_address[1]}"
+        rec.url = http_servers(Handler)
         return rec
 
-    try:
-        yield start
-    finally:
-        for srv in servers:
-            srv.shutdown()
-            srv.server_close()
+    return start
 
 
 @pytest.fixture
