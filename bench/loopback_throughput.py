@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pftp_lab.servers import vsftpd_plain_conf
+
 MIRRORS = 4
 RESULTS = Path(__file__).resolve().parent / "results" / "loopback.json"
 _UNPACKED = (Path(os.environ.get("PFTP_LAB_OPT", "/opt/pftp-lab")), Path("/opt/pftp-servers"))
@@ -103,35 +105,9 @@ def sha256_file(path: Path) -> str:
 
 
 def vsftpd_conf(root: Path, work: Path, port: int, pasv: tuple[int, int]) -> str:
-    # Same settings as tests/client/conftest.py's start_vsftpd (no privilege switch, sessions
-    # in our process tree), so it runs as root on plain loopback without the `ftp` user.
-    conf = {
-        "listen": "YES",
-        "listen_ipv6": "NO",
-        "listen_address": "127.0.0.1",
-        "listen_port": port,
-        "background": "NO",
-        "anonymous_enable": "YES",
-        "local_enable": "NO",
-        "write_enable": "NO",
-        "anon_root": root,
-        "no_anon_password": "YES",
-        "run_as_launching_user": "YES",
-        "ftp_username": "nobody",
-        "secure_chroot_dir": work / "empty",
-        "pasv_enable": "YES",
-        "pasv_min_port": pasv[0],
-        "pasv_max_port": pasv[1],
-        "isolate": "NO",
-        "isolate_network": "NO",
-        "seccomp_sandbox": "NO",
-        "xferlog_enable": "NO",
-        "dirmessage_enable": "NO",
-        "max_clients": 200,
-        "max_per_ip": 200,
-        "pam_service_name": "ftp",
-        "vsftpd_log_file": work / "vsftpd.log",
-    }
+    # The tests' settings (no privilege switch, sessions in our process tree), so it runs
+    # as root on plain loopback without the `ftp` user.
+    conf = vsftpd_plain_conf(root, work, "127.0.0.1", port, pasv)
     return "".join(f"{k}={v}\n" for k, v in conf.items())
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import psutil
 import pytest
+from pftp_lab.servers import vsftpd_plain_conf
 
 LOOPBACK = "127.0.0.1"
 _STARTUP_TIMEOUT = 20.0
@@ -326,41 +327,9 @@ def start_vsftpd(tmp_path: Path, _spawner: _Spawner) -> Callable[..., MirrorServ
             pytest.skip("vsftpd not installed (run `make system-deps`)")
         work = _spawner.workdir("vsftpd")
         root = root or _make_root(tmp_path, f"vsftpd-root-{_spawner.count}")
-        empty = work / "empty"
-        empty.mkdir()
-        lo, hi = pasv_range()
+        (work / "empty").mkdir()
         port = free_port(host)
-        v6 = ":" in host
-        conf = {
-            "listen": "NO" if v6 else "YES",
-            "listen_ipv6": "YES" if v6 else "NO",
-            ("listen_address6" if v6 else "listen_address"): host,
-            "listen_port": port,
-            "background": "NO",
-            "anonymous_enable": "YES",
-            "local_enable": "NO",
-            "write_enable": "NO",
-            "anon_root": root,
-            "no_anon_password": "YES",
-            # No privilege switch (we may be root, and the `ftp` user may not exist);
-            # vsftpd still looks ftp_username up, and nobody always exists.
-            "run_as_launching_user": "YES",
-            "ftp_username": "nobody",
-            "secure_chroot_dir": empty,
-            "pasv_enable": "YES",
-            "pasv_min_port": lo,
-            "pasv_max_port": hi,
-            # Keep sessions in our network namespace and process tree (see DESIGN.md).
-            "isolate": "NO",
-            "isolate_network": "NO",
-            "seccomp_sandbox": "NO",
-            "xferlog_enable": "NO",
-            "dirmessage_enable": "NO",
-            "max_clients": 200,
-            "max_per_ip": 200,
-            "pam_service_name": "ftp",
-            "vsftpd_log_file": work / "vsftpd.log",
-        }
+        conf = vsftpd_plain_conf(root, work, host, port, pasv_range())
         conf.update(extra)
         conf_file = work / "vsftpd.conf"
         conf_file.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))

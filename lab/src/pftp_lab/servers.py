@@ -98,6 +98,44 @@ def vsftpd_argv(conf_dir: Path, root: Path, addr: str, port: int = 21) -> list[s
     return _with_anon_home(conf_dir, root, [_tool("vsftpd"), str(conf)])
 
 
+def vsftpd_plain_conf(
+    root: Path, work: Path, host: str, port: int, pasv: tuple[int, int]
+) -> dict[str, object]:
+    """vsftpd settings for a server outside the lab's namespaces (tests, loopback bench):
+    anonymous and read-only from `root`, no privilege switch (we may be root and the `ftp`
+    user may not exist; vsftpd still looks ftp_username up, and nobody always exists),
+    sessions kept in our network namespace and process tree. Write it with
+    ``"".join(f"{k}={v}\\n" ...)``; `work / "empty"` must exist."""
+    v6 = ":" in host
+    return {
+        "listen": "NO" if v6 else "YES",
+        "listen_ipv6": "YES" if v6 else "NO",
+        ("listen_address6" if v6 else "listen_address"): host,
+        "listen_port": port,
+        "background": "NO",
+        "anonymous_enable": "YES",
+        "local_enable": "NO",
+        "write_enable": "NO",
+        "anon_root": root,
+        "no_anon_password": "YES",
+        "run_as_launching_user": "YES",
+        "ftp_username": "nobody",
+        "secure_chroot_dir": work / "empty",
+        "pasv_enable": "YES",
+        "pasv_min_port": pasv[0],
+        "pasv_max_port": pasv[1],
+        "isolate": "NO",
+        "isolate_network": "NO",
+        "seccomp_sandbox": "NO",
+        "xferlog_enable": "NO",
+        "dirmessage_enable": "NO",
+        "max_clients": 200,
+        "max_per_ip": 200,
+        "pam_service_name": "ftp",
+        "vsftpd_log_file": work / "vsftpd.log",
+    }
+
+
 def pureftpd_argv(conf_dir: Path, root: Path, addr: str, port: int = 21) -> list[str]:
     """pure-ftpd serving `root` anonymously, read-only, in the foreground."""
     server = [
