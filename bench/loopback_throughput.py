@@ -2,7 +2,7 @@
 
     python -m bench.loopback_throughput [--size-mb 1024] [--runs 3] [--only pftp|aria2c]
 
-Writes one random file (sha256 computed while writing) into a temp dir, serves it from 4
+Writes one pseudo-random file (pftp_lab.make_file) into a temp dir, serves it from 4
 vsftpd processes on 127.0.0.1 ephemeral ports, then runs, interleaved, `pftp get` with the
 4 mirrors and `aria2c --split=4` with the same 4 URLs. For each run: wall time, MB/s
 (MiB/s of the file), user+sys CPU seconds and peak RSS of the child process tree as reported
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -31,12 +30,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pftp_lab import make_file, sha256_file
 from pftp_lab.servers import vsftpd_plain_conf
 
 MIRRORS = 4
 RESULTS = Path(__file__).resolve().parent / "results" / "loopback.json"
 _UNPACKED = (Path(os.environ.get("PFTP_LAB_OPT", "/opt/pftp-lab")), Path("/opt/pftp-servers"))
-_CHUNK = 4 << 20
 
 
 @dataclass
@@ -81,27 +80,6 @@ def _wait_listening(port: int, proc: subprocess.Popen, log: Path) -> None:
         except OSError:
             time.sleep(0.05)
     raise RuntimeError("vsftpd did not start listening within 20 s")
-
-
-def write_random_file(path: Path, size: int) -> str:
-    """Random content, written once; returns its sha256 (hashed while writing)."""
-    digest = hashlib.sha256()
-    with path.open("wb") as f:
-        left = size
-        while left:
-            block = os.urandom(min(_CHUNK, left))
-            digest.update(block)
-            f.write(block)
-            left -= len(block)
-    return digest.hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def vsftpd_conf(root: Path, work: Path, port: int, pasv: tuple[int, int]) -> str:
@@ -227,7 +205,7 @@ def main() -> None:
         root.chmod(0o755)
         name = f"random-{args.size_mb}M.bin"
         t0 = time.perf_counter()
-        sha = write_random_file(root / name, size)
+        sha = make_file(root / name, size)
         print(f"wrote {args.size_mb} MiB in {time.perf_counter() - t0:.1f} s, sha256 {sha[:16]}...")
         out_dir = tmp / "out"
         out_dir.mkdir()

@@ -48,26 +48,26 @@ def test_split_evenly_partitions(adds, parts):
     todo = RangeSet(adds)
     groups = split_evenly(todo, parts)
     assert len(groups) == parts
+    _assert_partition(groups, todo)
+    sizes = [g.total() for g in groups]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def _assert_partition(groups: list[RangeSet], todo: RangeSet) -> None:
+    """The groups are disjoint and together exactly ``todo``."""
     merged = RangeSet()
     for g in groups:
         assert not any(merged.overlaps(s, e) for s, e in g)
         for s, e in g:
             merged.add(s, e)
     assert merged == todo
-    sizes = [g.total() for g in groups]
-    assert max(sizes) - min(sizes) <= 1
 
 
 @given(intervals, st.integers(1, 5), st.integers(1, 60), st.integers(1, 8))
 def test_deal_in_rounds_partitions_in_file_order(adds, parts, block, max_rounds):
     todo = RangeSet(adds)
     groups = deal_in_rounds(todo, parts, block, max_rounds)
-    merged = RangeSet()
-    for g in groups:
-        assert not any(merged.overlaps(s, e) for s, e in g)
-        for s, e in g:
-            merged.add(s, e)
-    assert merged == todo
+    _assert_partition(groups, todo)
     sizes = [g.total() for g in groups]
     rounds = max(1, min(max_rounds, todo.total() // (parts * block)))
     assert max(sizes) - min(sizes) <= rounds

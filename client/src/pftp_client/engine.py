@@ -309,7 +309,8 @@ class DownloadEngine:
             return [f.id for f in self.flows.values() if f.alive and f.lane is not None]
 
     def aggregate_bps(self) -> float | None:
-        """All flows together, bits/s over the last half second."""
+        """All flows together, bits/s over the last half second (measured only
+        when the access bandwidth is known)."""
         r = self._aggregate.rate(self._clock())
         return None if r is None else r * 8
 
@@ -733,7 +734,8 @@ class DownloadEngine:
                 if not self._writers:
                     self._lock.notify_all()
         flow.rate.add(m, now)
-        self._aggregate.add(m, now)
+        if self.cfg.access_bps:  # its only reader is access_saturated()
+            self._aggregate.add(m, now)
         for obs in self.observers:
             try:
                 obs.on_receive(flow.id, arrival_ns, len(data))

@@ -143,13 +143,9 @@ class PartFile:
         return done
 
     def pread(self, length: int, offset: int) -> bytes:
-        out = bytearray()
-        while len(out) < length:
-            chunk = os.pread(self.fd, length - len(out), offset + len(out))
-            if not chunk:
-                raise OSError(f"{self.path}: short read at {offset + len(out)}")
-            out += chunk
-        return bytes(out)
+        buf = bytearray(length)
+        self.readinto(memoryview(buf), offset)
+        return bytes(buf)
 
     def sync(self) -> None:
         os.fsync(self.fd)

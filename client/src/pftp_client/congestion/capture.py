@@ -18,7 +18,7 @@ import socket
 import struct
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from pftp_client.congestion.timestamps import SCM_TIMESTAMPNS, SO_TIMESTAMPNS, TimestampSource
@@ -303,53 +303,37 @@ class PacketCapture:
             return list(self._times)
 
     def timestamps(self, key: FlowKey) -> np.ndarray:
-        import numpy as np  # lazy: numpy (~0.1 s) stays off the start-up path
-
-        key = (_canonical_ip(key[0]), int(key[1]), int(key[2]))
-        with self._lock:
-            return np.sort(np.fromiter(self._times.get(key, ()), dtype=np.int64))
+        return self.packets(key)[0]
 
     def timestamps_from(self, remote_ip: str, remote_port: int | None,
                         exclude_port: int | None = None) -> np.ndarray:
-        """All data packets from one remote endpoint (any local port); with
-        ``remote_port`` None, from any port of that address but ``exclude_port``
-        (an FTP server: its passive data ports change with every transfer, the
-        control port only carries replies)."""
-        import numpy as np  # lazy: numpy (~0.1 s) stays off the start-up path
+        return self.packets_from(remote_ip, remote_port, exclude_port)[0]
 
-        ip = _canonical_ip(remote_ip)
-        with self._lock:
-            parts = [np.fromiter(v, dtype=np.int64) for k, v in self._times.items()
-                     if k[0] == ip and (k[1] == remote_port if remote_port is not None
-                                        else k[1] != exclude_port)]
-        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+    def packets(self, key: FlowKey) -> tuple[np.ndarray, np.ndarray]:
+        """(arrival ns, payload bytes) of one flow key, in arrival order."""
+        key = (_canonical_ip(key[0]), int(key[1]), int(key[2]))
+        return self._gather(lambda k: k == key)
 
     def packets_from(self, remote_ip: str, remote_port: int | None,
                      exclude_port: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Like ``timestamps_from``, with each packet's payload bytes:
-        (arrival ns, sizes), both in arrival order."""
+        """All data packets from one remote endpoint (any local port), as (arrival
+        ns, payload bytes) in arrival order; with ``remote_port`` None, from any
+        port of that address but ``exclude_port`` (an FTP server: its passive data
+        ports change with every transfer, the control port only carries replies)."""
+        ip = _canonical_ip(remote_ip)
+        return self._gather(lambda k: k[0] == ip and (
+            k[1] == remote_port if remote_port is not None else k[1] != exclude_port))
+
+    def _gather(self, wanted: Callable[[FlowKey], bool]) -> tuple[np.ndarray, np.ndarray]:
         import numpy as np  # lazy: numpy (~0.1 s) stays off the start-up path
 
-        ip = _canonical_ip(remote_ip)
         with self._lock:
-            keys = [k for k in self._times if k[0] == ip and (
-                k[1] == remote_port if remote_port is not None else k[1] != exclude_port)]
+            keys = [k for k in self._times if wanted(k)]
             times = [np.fromiter(self._times[k], dtype=np.int64) for k in keys]
             sizes = [np.fromiter(self._sizes[k], dtype=np.int64) for k in keys]
         if not times:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         t, z = np.concatenate(times), np.concatenate(sizes)
-        order = np.argsort(t, kind="stable")
-        return t[order], z[order]
-
-    def packets(self, key: FlowKey) -> tuple[np.ndarray, np.ndarray]:
-        """(arrival ns, payload bytes) of one flow key, in arrival order."""
-        import numpy as np  # lazy: numpy (~0.1 s) stays off the start-up path
-
-        key = (_canonical_ip(key[0]), int(key[1]), int(key[2]))
-        with self._lock:
-            t = np.fromiter(self._times.get(key, ()), dtype=np.int64)
-            z = np.fromiter(self._sizes.get(key, ()), dtype=np.int64)
         order = np.argsort(t, kind="stable")
         return t[order], z[order]
 

@@ -41,7 +41,6 @@ import numpy as np
 from pftp_client.congestion.overlap import (
     Timestamps,
     as_timestamps,
-    clip_to_common_window,
     common_window,
 )
 from pftp_client.congestion.verdict import PairVerdict, Sharing, normal_confidence, undecided
@@ -78,17 +77,6 @@ def histogram_entropy(gaps_ns: np.ndarray, bin_width_ns: float, n_bins: int = N_
     return h + (counts.size - 1) / (2.0 * gaps_ns.size * math.log(2.0))
 
 
-def merged(flows: Sequence[Timestamps]) -> Timestamps:
-    return np.sort(np.concatenate(flows), kind="stable")
-
-
-def mean_gap_ns(flows: Sequence[Timestamps]) -> float:
-    m = merged(flows)
-    if m.size < 2:
-        return math.nan
-    return float(m[-1] - m[0]) / (m.size - 1)
-
-
 Sizes = np.ndarray
 
 
@@ -117,13 +105,11 @@ def entropy_difference(
 
 def _clip(flows: list[Timestamps], sizes: list[Sizes] | None
           ) -> tuple[list[Timestamps], list[Sizes] | None]:
-    if sizes is None:
-        return clip_to_common_window(flows), None
+    """Packets (and their sizes) inside the window every flow covers."""
     start, end = common_window(flows)
     keep = [(f >= start) & (f <= end) for f in flows]
-    return [f[k] for f, k in zip(flows, keep, strict=True)], [
-        s[k] for s, k in zip(sizes, keep, strict=True)
-    ]
+    clipped = [f[k] for f, k in zip(flows, keep, strict=True)]
+    return clipped, None if sizes is None else [s[k] for s, k in zip(sizes, keep, strict=True)]
 
 
 def _as_sizes(sizes: Sequence[Sequence[int] | np.ndarray], flows: list[Timestamps]
