@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .local import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "coordinator.json"
 PG_ADMIN = os.environ.get("PFTP_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -515,14 +517,6 @@ def _tree_cpu_s(root_pid: int) -> float:
     return total
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mirrors", type=int, default=1000)
@@ -592,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
             ]
         ids_file = Path(f"/tmp/pftp_bench_files_{os.getpid()}.txt")
         ids_file.write_text("\n".join(map(str, servable)))
-        port = _free_port()
+        port = free_port()
         t0 = time.perf_counter()
         server = subprocess.Popen(
             [

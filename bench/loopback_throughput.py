@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,8 @@ from pathlib import Path
 
 from pftp_lab import make_file, sha256_file
 from pftp_lab.servers import vsftpd_plain_conf
+
+from .local import free_port, wait_listening
 
 MIRRORS = 4
 RESULTS = Path(__file__).resolve().parent / "results" / "loopback.json"
@@ -63,25 +64,6 @@ def _vsftpd_binary() -> str:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_listening(port: int, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vsftpd exited with {proc.returncode}: {log.read_text()[-500:]}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("vsftpd did not start listening within 20 s")
-
-
 def vsftpd_conf(root: Path, work: Path, port: int, pasv: tuple[int, int]) -> str:
     # The tests' settings (no privilege switch, sessions in our process tree), so it runs
     # as root on plain loopback without the `ftp` user.
@@ -100,7 +82,7 @@ def vsftpd_mirrors(root: Path, work: Path, count: int) -> Iterator[list[int]]:
         for i in range(count):
             d = work / f"vsftpd-{i}"
             (d / "empty").mkdir(parents=True)
-            port = _free_port()
+            port = free_port()
             conf = d / "vsftpd.conf"
             conf.write_text(vsftpd_conf(root, d, port, (base + 100 * i, base + 100 * i + 99)))
             conf.chmod(0o600)
@@ -111,7 +93,7 @@ def vsftpd_mirrors(root: Path, work: Path, count: int) -> Iterator[list[int]]:
                     start_new_session=True,  # one process group per server: killed by its id
                 )
             procs.append(proc)
-            _wait_listening(port, proc, log)
+            wait_listening(port, proc, log)
             ports.append(port)
         yield ports
     finally:

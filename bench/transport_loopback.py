@@ -16,7 +16,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -27,6 +26,8 @@ from pathlib import Path
 
 from pftp_client.transports.base import DataSink, RangeEnd, RangeFetcher
 from pftp_client.transports.registry import fetcher_for_url
+
+from .local import free_port, wait_listening
 
 _UNPACKED = ("/opt/pftp-lab/{0}/usr/sbin/{0}", "/opt/pftp-servers/{0}/usr/sbin/{0}")
 
@@ -40,31 +41,12 @@ def _binary(name: str) -> str | None:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("server did not start")
-
-
 @contextmanager
 def _subprocess(argv: list[str], port: int, log: Path) -> Iterator[subprocess.Popen]:
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_port(port, proc)
+        wait_listening(port, proc)
         yield proc
     finally:
         # The process group we created for this server (listener and its sessions), by id.
@@ -105,7 +87,7 @@ def vsftpd_server(root: Path, work: Path) -> Iterator[str]:
     binary = _binary("vsftpd")
     if binary is None:
         raise RuntimeError("vsftpd not installed")
-    port = _free_port()
+    port = free_port()
     (work / "empty").mkdir()
     conf = work / "vsftpd.conf"
     conf.write_text(
@@ -125,7 +107,7 @@ def nginx_server(root: Path, work: Path) -> Iterator[str]:
     binary = _binary("nginx")
     if binary is None:
         raise RuntimeError("nginx not installed")
-    port = _free_port()
+    port = free_port()
     conf = work / "nginx.conf"
     conf.write_text(
         f"daemon off; master_process on; worker_processes 1; user root root;\n"
