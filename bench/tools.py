@@ -93,8 +93,17 @@ def _pftp_unavailable(option: str) -> str | None:
     return None
 
 
+def _access_env(ctx: RunContext) -> list[str]:
+    # The client's access bandwidth, as the admin of a campus with a slower uplink
+    # would put it in the machine's config file: left alone, the client reports its
+    # interface's link speed, which in the lab is the veth's nominal 10 Gbit/s, not
+    # the shaped access link. Both pftp modes read it (coordinated: to ask for
+    # enough mirrors; mirror-only: to see when its flows fill the access link).
+    return [f"PFTP_ACCESS_BANDWIDTH={ctx.scenario.access_bps}"] if ctx.scenario.access_bps else []
+
+
 def _pftp_dynamic(ctx: RunContext, out: Path) -> list[list[str]]:
-    argv = [PFTP, "get"]
+    argv = ["env", *_access_env(ctx), PFTP, "get"]
     for url in ctx.urls():
         argv += ["--mirror", url]
     # no coordinator in this mode: do not spend time looking for one
@@ -105,13 +114,8 @@ def _pftp_dynamic(ctx: RunContext, out: Path) -> list[list[str]]:
 
 def _pftp_coordinated(ctx: RunContext, out: Path) -> list[list[str]]:
     assert ctx.coordinator_url is not None
-    # The coordinator selects mirrors until their rates cover the client's access
-    # bandwidth. Left alone, the client reports its interface's link speed, which in the
-    # lab is the veth's nominal 10 Gbit/s, not the shaped access link: tell it the truth,
-    # as the admin of a campus with a slower uplink would in its config file.
-    env = ([f"PFTP_ACCESS_BANDWIDTH={ctx.scenario.access_bps}"]
-           if ctx.scenario.access_bps else [])
-    return [["env", *env, PFTP, "get", ctx.fname, "--coordinator", ctx.coordinator_url,
+    # The coordinator selects mirrors until their rates cover the access bandwidth.
+    return [["env", *_access_env(ctx), PFTP, "get", ctx.fname, "--coordinator", ctx.coordinator_url,
              "--sha256", ctx.sha256, "-o", str(out), "--quiet", "--json"]]
 
 

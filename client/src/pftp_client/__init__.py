@@ -5,18 +5,62 @@ summary = download("ubuntu.iso", coordinator="http://coord:8000")
 summary = download(mirrors=["ftp://a/f.iso", "http://b/f.iso"], sha256="...", output="f.iso")
 """
 
-from pftp_client.control_file import ResumeMismatch
-from pftp_client.coordinator import (
-    CoordinatorAnswerError,
-    CoordinatorError,
-    CoordinatorRefused,
-    CoordinatorUnavailable,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+# ``download`` is bound eagerly: it is also the name of the submodule, and a lazy
+# name would be shadowed by the module once ``pftp_client.download`` is imported.
+# download.py itself is light; it imports the engine while the mirrors are probed.
 from pftp_client.download import UsageError, download
-from pftp_client.engine import EngineConfig, NoMirrorCouldServe
-from pftp_client.flow_observer import FlowControl, FlowObserver, FlowTimings
-from pftp_client.integrity import VerificationFailed
-from pftp_client.summary import DownloadSummary, MirrorEvent, MirrorStats
+
+if TYPE_CHECKING:
+    from pftp_client.control_file import ResumeMismatch
+    from pftp_client.coordinator import (
+        CoordinatorAnswerError,
+        CoordinatorError,
+        CoordinatorRefused,
+        CoordinatorUnavailable,
+    )
+    from pftp_client.engine import EngineConfig, NoMirrorCouldServe
+    from pftp_client.flow_observer import FlowControl, FlowObserver, FlowTimings
+    from pftp_client.integrity import VerificationFailed
+    from pftp_client.summary import DownloadSummary, MirrorEvent, MirrorStats
+
+# The rest of the public API is imported on first use (start-up time: the CLI
+# reaches the first connect before the engine, hashing and summary modules load).
+_LAZY = {
+    "CoordinatorAnswerError": "pftp_client.coordinator",
+    "CoordinatorError": "pftp_client.coordinator",
+    "CoordinatorRefused": "pftp_client.coordinator",
+    "CoordinatorUnavailable": "pftp_client.coordinator",
+    "DownloadSummary": "pftp_client.summary",
+    "EngineConfig": "pftp_client.engine",
+    "FlowControl": "pftp_client.flow_observer",
+    "FlowObserver": "pftp_client.flow_observer",
+    "FlowTimings": "pftp_client.flow_observer",
+    "MirrorEvent": "pftp_client.summary",
+    "MirrorStats": "pftp_client.summary",
+    "NoMirrorCouldServe": "pftp_client.engine",
+    "ResumeMismatch": "pftp_client.control_file",
+    "VerificationFailed": "pftp_client.integrity",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "CoordinatorAnswerError",

@@ -36,7 +36,7 @@ import os
 import re
 import socket
 import struct
-import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -74,6 +74,8 @@ def parse_bandwidth(text: str) -> int:
 
 @dataclass(frozen=True)
 class DefaultRoute:
+    """The IPv4 default route: its interface and next hop."""
+
     dev: str
     gateway: str | None  # None: a point-to-point default route (no next hop to ping)
 
@@ -159,7 +161,12 @@ def save_state(path: Path, state: dict[str, Any]) -> None:
     """Atomic replace; a read-only home only costs the cache (logged)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".access_bandwidth.")
+        # unique per process, thread and call, like tempfile.mkstemp (which costs
+        # ~3 ms of imports at the end of every download)
+        tmp = path.parent / (
+            f".access_bandwidth.{os.getpid()}.{threading.get_ident()}.{time.monotonic_ns()}.tmp"
+        )
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with os.fdopen(fd, "w") as out:
                 json.dump(state, out)
@@ -231,6 +238,17 @@ def probe_setting(env: Mapping[str, str]) -> tuple[bool, str | None]:
         ) from None
 
 
+def configured_access_bandwidth(
+    configured: str | None = None, env: Mapping[str, str] = os.environ
+) -> tuple[int | None, str]:
+    """(bits/s or None, source) from the environment or the config file only."""
+    if env.get("PFTP_ACCESS_BANDWIDTH"):
+        return parse_bandwidth(env["PFTP_ACCESS_BANDWIDTH"]), "env PFTP_ACCESS_BANDWIDTH"
+    if configured:
+        return parse_bandwidth(configured), "config file"
+    return None, "not configured"
+
+
 def access_bandwidth(
     configured: str | None = None,
     env: Mapping[str, str] = os.environ,
@@ -244,10 +262,9 @@ def access_bandwidth(
 ) -> tuple[int | None, str]:
     """(bits/s or None, where the figure came from): config > packet train >
     history > unknown; history also floors the measurement (module doc)."""
-    if env.get("PFTP_ACCESS_BANDWIDTH"):
-        return parse_bandwidth(env["PFTP_ACCESS_BANDWIDTH"]), "env PFTP_ACCESS_BANDWIDTH"
-    if configured:
-        return parse_bandwidth(configured), "config file"
+    bw, source = configured_access_bandwidth(configured, env)
+    if bw:
+        return bw, source
 
     enabled, hop = probe_setting(env)
     route = default_route(route_table)

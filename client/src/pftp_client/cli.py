@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
+import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 # Only the standard library and the light client modules are imported up front:
-# start-up time is part of every download's time (typer builds pydantic adapters
-# for every option, rich and httpx are only needed for a TTY / a coordinator).
-from pftp_client.control_file import ResumeMismatch
-from pftp_client.coordinator import CoordinatorError
+# start-up time is part of every download's time. download() imports the engine
+# while the mirrors answer the size probe; the exceptions it may raise are told
+# apart by module (_exit_code) so that the CLI does not import them first.
 from pftp_client.download import UsageError, download
-from pftp_client.engine import EngineConfig, NoMirrorCouldServe
-from pftp_client.integrity import VerificationFailed
 from pftp_client.progress import choose_progress
 from pftp_client.settings import SettingsError, load_settings
 
@@ -51,15 +49,43 @@ def _fail(code: int, message: str) -> CliExit:
     return CliExit(code)
 
 
+def _terminal_columns() -> int:
+    """shutil.get_terminal_size().columns without importing shutil (which loads
+    zlib, bz2 and lzma: ~3 ms of start-up)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    # argparse builds a formatter for every add_argument (to check the metavar);
+    # the default one imports shutil to ask for the terminal width.
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        if width is None:
+            width = _terminal_columns() - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="pftp", description="P-FTP: parallel, verified downloads from several mirrors."
+        prog="pftp",
+        description="P-FTP: parallel, verified downloads from several mirrors.",
+        formatter_class=_HelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     get = sub.add_parser(
         "get",
         help="download a file",
         description="Download NAME via the coordinator, or the file behind --mirror URLs.",
+        formatter_class=_HelpFormatter,
     )
     get.add_argument(
         "name",
@@ -149,9 +175,6 @@ def get(
             from pftp_client.discovery import discover_coordinators
 
             coordinators = discover_coordinators(domain=settings.domain)
-    cfg = EngineConfig(
-        timeout=settings.timeout, stall_timeout=stall_timeout or settings.stall_timeout
-    )
     progress = choose_progress(quiet, json_out)
     try:
         summary = download(
@@ -164,27 +187,48 @@ def get(
             sha256=sha256,
             access_bandwidth_setting=settings.access_bandwidth,
             resume=not restart,
-            config=cfg,
+            timeout=settings.timeout,
+            stall_timeout=stall_timeout or settings.stall_timeout,
             progress=progress,
         )
     except UsageError as exc:
         raise _fail(EXIT_USAGE, str(exc)) from exc
-    except VerificationFailed as exc:
-        raise _fail(EXIT_VERIFY, str(exc)) from exc
-    except NoMirrorCouldServe as exc:
-        raise _fail(EXIT_NO_MIRROR, str(exc)) from exc
-    except (CoordinatorError, ResumeMismatch) as exc:
-        hint = " (use --restart to discard it)" if isinstance(exc, ResumeMismatch) else ""
-        raise _fail(EXIT_OTHER, f"{exc}{hint}") from exc
     except KeyboardInterrupt as exc:
         print("pftp: interrupted; run the same command again to resume", file=sys.stderr)
         raise CliExit(EXIT_INTERRUPTED) from exc
-    except OSError as exc:
-        raise _fail(EXIT_OTHER, str(exc)) from exc
+    except Exception as exc:
+        code = _exit_code(exc)
+        if code is None:
+            raise
+        resumable = _is(exc, "control_file", "ResumeMismatch")
+        hint = " (use --restart to discard it)" if resumable else ""
+        raise _fail(code, f"{exc}{hint}") from exc
     if json_out:
-        json.dump(summary.to_json_dict(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        import json
+
+        # one write: with PYTHONUNBUFFERED, json.dump writes every token on its own
+        sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
         sys.stdout.flush()
+
+
+def _is(exc: BaseException, module: str, name: str) -> bool:
+    """isinstance(exc, pftp_client.<module>.<name>), without importing the module:
+    an exception whose module never loaded cannot have been raised."""
+    mod = sys.modules.get(f"pftp_client.{module}")
+    return mod is not None and isinstance(exc, getattr(mod, name))
+
+
+def _exit_code(exc: Exception) -> int | None:
+    """The exit code for an exception download() raises (module doc); None: a bug."""
+    if _is(exc, "integrity", "VerificationFailed"):
+        return EXIT_VERIFY
+    if _is(exc, "engine", "NoMirrorCouldServe"):
+        return EXIT_NO_MIRROR
+    if _is(exc, "coordinator", "CoordinatorError") or _is(exc, "control_file", "ResumeMismatch"):
+        return EXIT_OTHER
+    if isinstance(exc, OSError):
+        return EXIT_OTHER
+    return None
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -205,12 +249,33 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 def main() -> None:
     code = run()
-    # Everything is done (file in place, report sent, output flushed below by the
-    # exit). Freezing the heap spares the interpreter's final collections over
-    # every object of pydantic/numpy/...: ~0.1 s less between the last byte and
-    # the exit. atexit handlers, thread joins and stream flushes still run.
+    # Everything is done (file in place, report sent). Freezing the heap spares the
+    # interpreter's final collections over every object of pydantic/numpy/...
     gc.freeze()
-    sys.exit(code)
+    _exit(code)
+
+
+def _exit(code: int) -> None:
+    """sys.exit(code), minus the interpreter's teardown (~5 ms of freeing every
+    module): flush the streams and run the atexit handlers as the interpreter
+    would, then end the process. Only when no other non-daemon thread runs (the
+    interpreter would wait for it) and the streams flushed; else a normal exit."""
+    others = [
+        t
+        for t in threading.enumerate()
+        if t is not threading.current_thread() and not t.daemon and t.is_alive()
+    ]
+    if others or threading.current_thread() is not threading.main_thread():
+        sys.exit(code)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)  # let the interpreter report it as it always does
+    import atexit
+
+    atexit._run_exitfuncs()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ def ctl_path(target: Path) -> Path:
 
 @dataclass
 class ControlState:
+    """What the control file holds (module doc)."""
+
     name: str
     size: int
     sha256: str | None

@@ -59,6 +59,14 @@ def _detail(body: bytes) -> str:
     return body.decode("utf-8", errors="replace")[:200]
 
 
+def load_http() -> None:
+    """Import what a request needs now, in the caller's thread (download() then
+    imports the engine in the background while the coordinator answers)."""
+    import http.client  # noqa: F401
+
+    from pftp_wire import constants, plain  # noqa: F401
+
+
 @cache
 def _tls_context() -> ssl.SSLContext:
     """Certificate and host name checks on; built once, and only for https://."""

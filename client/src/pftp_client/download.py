@@ -13,42 +13,29 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlsplit
 
-from pftp_client import control_file
-from pftp_client.access_bandwidth import access_bandwidth, record_download
-from pftp_client.congestion_wiring import (
-    MODES as CONGESTION_MODES,
-)
-from pftp_client.congestion_wiring import (
-    CongestionSession,
-    CongestionSourceUnavailable,
-    congested_with,
-)
-from pftp_client.control_file import ControlState, ResumeMismatch, ctl_path
-from pftp_client.coordinator import (
-    CoordinatorError,
-    CoordinatorUnavailable,
-    request_plan,
-    send_report,
-)
-from pftp_client.engine import DownloadEngine, EngineConfig, NoMirrorCouldServe
-from pftp_client.flow_observer import DetectorFactory
-from pftp_client.integrity import PrefixHasher, VerificationFailed, find_culprits_and_repair
-from pftp_client.part_file import PartFile, part_path
-from pftp_client.pieces import PieceGrid, choose_piece_size
+# Start-up cost is part of every download: only what is needed up to the size
+# probe is imported here. The engine, hashing, control/part file and summary
+# modules (and the coordinator client when one is asked) are imported by a
+# background thread while the mirrors answer the probe (``_load_run_modules``).
 from pftp_client.plan import FileIdentity, Plan, PlanError, check_url, dynamic_plan
-from pftp_client.ranges import RangeOwners, RangeSet
-from pftp_client.summary import DownloadSummary, MirrorEvent, MirrorStats
 from pftp_client.transports.base import RangeFetcher, TransferError
 from pftp_client.transports.base import open_fetcher as default_open_fetcher
+
+if TYPE_CHECKING:
+    from pftp_client.engine import EngineConfig
+    from pftp_client.flow_observer import DetectorFactory
+    from pftp_client.summary import DownloadSummary, MirrorStats
 
 log = logging.getLogger("pftp_client")
 
 AUTO = "auto"
+# congestion_wiring.MODES (a test keeps them equal): that module loads in the background
+CONGESTION_MODES = ("auto", "off", "packet", "kernel", "app")
+MAX_PROBES = 16  # size probes at once
 
 
 class UsageError(ValueError):
@@ -82,6 +69,136 @@ def _basename(name_or_url: str) -> str:
     return base or "download"
 
 
+class _Background:
+    """``fn()`` in a daemon thread, started at once; ``result()`` joins it and
+    returns its value or raises its exception."""
+
+    def __init__(self, fn: Callable[[], Any], name: str) -> None:
+        self._fn = fn
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # re-raised by result() in the caller's thread
+            self._error = exc
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _load_run_modules() -> None:
+    """Import what ``_run_plan`` needs. Runs in a background thread while the
+    mirrors (or the coordinator) answer: ~30 ms of imports off the path to the
+    first connect. access_bandwidth is for the end (history of achieved rates)."""
+    import pftp_client.access_bandwidth
+    import pftp_client.congestion_wiring
+    import pftp_client.control_file
+    import pftp_client.engine
+    import pftp_client.integrity
+    import pftp_client.part_file
+    import pftp_client.pieces
+    import pftp_client.ranges
+    import pftp_client.summary  # noqa: F401
+
+
+class _CaptureCheck:
+    """May this process capture packets (AF_PACKET raw socket, root or
+    CAP_NET_RAW)? The test of congestion.capture.afpacket_capture_available, in a
+    thread started before the first connect; ``result()`` does not wait for the
+    close, which alone takes ~10 ms (the kernel waits for an RCU grace period)."""
+
+    def __init__(self) -> None:
+        self._ok = False
+        self._known = threading.Event()
+        threading.Thread(target=self._run, name="pftp-capture-check", daemon=True).start()
+
+    def _run(self) -> None:
+        import socket
+
+        try:
+            try:
+                s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+            except (PermissionError, OSError, AttributeError):  # 0x0003: ETH_P_ALL
+                return
+            self._ok = True
+        finally:
+            self._known.set()
+        s.close()
+
+    def result(self) -> bool:
+        self._known.wait()
+        return self._ok
+
+
+def _start_probes(
+    urls: Sequence[str],
+    open_fetcher: Callable[..., RangeFetcher],
+    timeout: float,
+) -> list[_Background]:
+    """Ask every mirror for the size (SIZE / HEAD), one thread each, at once."""
+
+    slots = threading.BoundedSemaphore(MAX_PROBES)
+
+    def probe(url: str) -> Callable[[], tuple[str, RangeFetcher | None, int | None, str]]:
+        def run() -> tuple[str, RangeFetcher | None, int | None, str]:
+            with slots:
+                try:
+                    f = open_fetcher(url, timeout=timeout)
+                except (TransferError, ValueError, OSError) as exc:
+                    return url, None, None, str(exc)
+                try:
+                    return url, f, f.size(), ""
+                except (TransferError, OSError) as exc:
+                    f.close()
+                    return url, None, None, str(exc)
+
+        return run
+
+    if open_fetcher is default_open_fetcher and any(
+        urlsplit(u).scheme.lower() == "ftp" for u in urls
+    ):
+        # before the threads start: they would all wait for this import anyway
+        import pftp_client.transports.ftp  # noqa: F401
+    return [_Background(probe(u), f"pftp-probe-{i}") for i, u in enumerate(urls)]
+
+
+def _probe_results(
+    probes: list[_Background], say: Callable[[str], None]
+) -> tuple[dict[str, int], dict[str, RangeFetcher]]:
+    """The probes' answers in mirror order; keeps the connections that answered."""
+    results = []
+    error: BaseException | None = None
+    for p in probes:  # every thread is joined (and every connection kept) first
+        try:
+            results.append(p.result())
+        except Exception as exc:  # raised in the probe thread (a transport's bug)
+            error = error or exc
+    if error is not None:
+        for _u, f, _s, _e in results:
+            if f is not None:
+                f.close()
+        raise error
+    sizes: dict[str, int] = {}
+    fetchers: dict[str, RangeFetcher] = {}
+    for url, f, size, err in results:
+        if f is None:
+            say(f"mirror {url} is not usable: {err}")
+            continue
+        fetchers[url] = f
+        if size is None:
+            say(f"mirror {url} did not report the file size")
+        else:
+            sizes[url] = size
+    return sizes, fetchers
+
+
 def _probe_sizes(
     urls: Sequence[str],
     open_fetcher: Callable[..., RangeFetcher],
@@ -89,31 +206,7 @@ def _probe_sizes(
     say: Callable[[str], None],
 ) -> tuple[dict[str, int], dict[str, RangeFetcher]]:
     """Ask every mirror for the size (SIZE / HEAD) in parallel; keep the connections."""
-
-    def probe(url: str) -> tuple[str, RangeFetcher | None, int | None, str]:
-        try:
-            f = open_fetcher(url, timeout=timeout)
-        except (TransferError, ValueError, OSError) as exc:
-            return url, None, None, str(exc)
-        try:
-            return url, f, f.size(), ""
-        except (TransferError, OSError) as exc:
-            f.close()
-            return url, None, None, str(exc)
-
-    sizes: dict[str, int] = {}
-    fetchers: dict[str, RangeFetcher] = {}
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(urls)))) as pool:
-        for url, f, size, err in pool.map(probe, urls):
-            if f is None:
-                say(f"mirror {url} is not usable: {err}")
-                continue
-            fetchers[url] = f
-            if size is None:
-                say(f"mirror {url} did not report the file size")
-            else:
-                sizes[url] = size
-    return sizes, fetchers
+    return _probe_results(_start_probes(urls, open_fetcher, timeout), say)
 
 
 def _majority_size(sizes: dict[str, int], say: Callable[[str], None]) -> tuple[int, list[str]]:
@@ -154,6 +247,8 @@ def download(
     open_fetcher: Callable[..., RangeFetcher] = default_open_fetcher,
     report: bool = True,
     congestion: str = "auto",
+    timeout: float | None = None,
+    stall_timeout: float | None = None,
 ) -> DownloadSummary:
     """Download ``name`` (via the coordinator) or the file behind ``mirrors``.
 
@@ -169,11 +264,13 @@ def download(
     capture > kernel receive times > receive-call times), ``packet``/``kernel``/
     ``app`` insist on one (UsageError when unavailable), ``off`` disables it. A
     ``detector_factory`` given by the caller replaces it.
+    ``timeout``/``stall_timeout``: override ``config``'s (connect/reply timeout,
+    seconds without data before a flow fails); the CLI passes its settings this
+    way, so the engine module loads while the mirrors are probed.
 
     Raises UsageError, CoordinatorError, ResumeMismatch, NoMirrorCouldServe,
     VerificationFailed (see cli.py for the exit codes they map to).
     """
-    cfg = config or EngineConfig()
     notes: list[str] = []
 
     def say(text: str) -> None:
@@ -201,33 +298,71 @@ def download(
             raise UsageError("--sha256 must be 64 hex digits")
     coordinators = [coordinator] if isinstance(coordinator, str) else list(coordinator or [])
     if name and not urls and not coordinators:
+        from pftp_client.coordinator import CoordinatorUnavailable
+
         raise CoordinatorUnavailable(
             f"no coordinator known to ask for {name!r} (use --coordinator, PFTP_COORDINATOR or the "
             "config file) and no --mirror URL to download from"
         )
+    if timeout is None:
+        if config is None:  # the engine's default (the CLI always passes its own)
+            from pftp_client.engine import EngineConfig
+
+            config = EngineConfig()
+        timeout = config.timeout
 
     t0 = time.monotonic()
     bw: int | None = None
     if access_bandwidth_bps == AUTO:
-        # Only the coordinator uses it (selection bounded by access bandwidth); a
-        # mirror-only download adapts by itself and need not probe the gateway.
+        # The coordinator bounds its selection by it, so it is measured when one is
+        # asked. A mirror-only download takes a configured figure only (no probe):
+        # with it the engine tells the client's own full link from a shared one.
         if name and coordinators:
+            from pftp_client.access_bandwidth import access_bandwidth
+
             bw, source = access_bandwidth(access_bandwidth_setting)
             say(f"access bandwidth: {_fmt_bw(bw)} ({source})")
+        elif access_bandwidth_setting or os.environ.get("PFTP_ACCESS_BANDWIDTH"):
+            # (only then: the module costs ~3 ms of imports before the first connect)
+            from pftp_client.access_bandwidth import configured_access_bandwidth
+
+            bw, source = configured_access_bandwidth(access_bandwidth_setting)
+            if bw:
+                say(f"access bandwidth: {_fmt_bw(bw)} ({source})")
     elif isinstance(access_bandwidth_bps, int) or access_bandwidth_bps is None:
         bw = access_bandwidth_bps
     else:
         raise UsageError(f"bad access bandwidth {access_bandwidth_bps!r}")
+
+    capture_check: _CaptureCheck | None = None
+    if detector_factory is None and congestion in ("auto", "packet"):
+        capture_check = _CaptureCheck()  # (CongestionSession asks it after the probe)
+    # Started once the first request is on its way, so they do not delay it: the
+    # rest of the imports.
+    background: list[_Background] = []
+
+    def start_background() -> None:
+        if not background:
+            background.append(_Background(_load_run_modules, "pftp-imports"))
 
     plan: Plan | None = None
     used_coordinator: str | None = None
     if name and coordinators:
         from pftp_wire.plain import AssignmentRequest
 
+        from pftp_client.coordinator import (
+            CoordinatorError,
+            CoordinatorUnavailable,
+            load_http,
+            request_plan,
+        )
+
         request = AssignmentRequest(file=name, access_bandwidth_bps=bw)
+        load_http()
+        start_background()
         try:
             used_coordinator, plan = request_plan(
-                coordinators, request, timeout=min(cfg.timeout, 10.0)
+                coordinators, request, timeout=min(timeout, 10.0)
             )
         except CoordinatorUnavailable as exc:
             if not urls:
@@ -246,11 +381,15 @@ def download(
 
     fetcher_cache: dict[str, list[RangeFetcher]] = {}
     if plan is None:
-        sizes, probed = _probe_sizes([*urls, *spare], open_fetcher, cfg.timeout, say)
+        probes = _start_probes([*urls, *spare], open_fetcher, timeout)
+        start_background()
+        sizes, probed = _probe_results(probes, say)
         for u, f in probed.items():
             fetcher_cache.setdefault(u, []).append(f)
         if not sizes:
             _close_cache(fetcher_cache)
+            from pftp_client.engine import NoMirrorCouldServe
+
             raise NoMirrorCouldServe("no mirror could be reached or reported the file size")
         size, agree = _majority_size(sizes, say)
         ident = FileIdentity(name=_basename(name or urls[0]), size=size, sha256=sha256)
@@ -259,6 +398,17 @@ def download(
 
     target = _output_path(output, name or urls[0])
     try:
+        background[0].result()  # the imports
+        from pftp_client.engine import EngineConfig
+
+        cfg = config or EngineConfig()
+        changes: dict[str, float] = {}
+        if cfg.timeout != timeout:
+            changes["timeout"] = timeout
+        if stall_timeout is not None and cfg.stall_timeout != stall_timeout:
+            changes["stall_timeout"] = stall_timeout
+        if changes:
+            cfg = dataclasses.replace(cfg, **changes)
         return _run_plan(
             plan,
             target,
@@ -269,6 +419,7 @@ def download(
             notes=notes,
             detector_factory=detector_factory,
             congestion=congestion,
+            capture_permitted=capture_check.result if capture_check is not None else None,
             open_fetcher=_cached_opener(open_fetcher, fetcher_cache),
             coordinator=used_coordinator if report else None,
             access_bw=bw,
@@ -335,7 +486,22 @@ def _run_plan(
     coordinator: str | None,
     access_bw: int | None,
     t0: float,
+    capture_permitted: Callable[[], bool] | None = None,
 ) -> DownloadSummary:
+    from pftp_client import control_file
+    from pftp_client.congestion_wiring import (
+        CongestionSession,
+        CongestionSourceUnavailable,
+        congested_with,
+    )
+    from pftp_client.control_file import ControlState, ctl_path
+    from pftp_client.engine import DownloadEngine
+    from pftp_client.integrity import PrefixHasher, VerificationFailed, find_culprits_and_repair
+    from pftp_client.part_file import PartFile, part_path
+    from pftp_client.pieces import PieceGrid, choose_piece_size
+    from pftp_client.ranges import RangeOwners, RangeSet
+    from pftp_client.summary import DownloadSummary, MirrorEvent
+
     ident = plan.file
     urls = plan.urls
     if access_bw and cfg.access_bps is None:
@@ -388,6 +554,7 @@ def _run_plan(
                 backups=[(m.name, m.url, m.suitability) for m in plan.backups],
                 rank_by_rate=plan.mode != "coordinated",
                 say=say,
+                capture_permitted=capture_permitted,
                 t0=t0,
             )
         except CongestionSourceUnavailable as exc:
@@ -522,6 +689,8 @@ def _run_plan(
             progress.finish(summary)
     if summary.sha256_verified:
         # History of achieved rates backs up the gateway probe next time.
+        from pftp_client.access_bandwidth import record_download
+
         record_download(summary.size - summary.resumed_bytes, summary.seconds)
     if coordinator is not None:
         _report(coordinator, summary, say)
@@ -534,6 +703,8 @@ def _fmt_bw(bps: int | None) -> str:
 
 def _report(coordinator: str, summary: DownloadSummary, say: Callable[[str], None]) -> None:
     from pftp_wire.plain import DownloadReport, MirrorReport
+
+    from pftp_client.coordinator import CoordinatorError, send_report
 
     report = DownloadReport(
         request_id=summary.request_id,
@@ -564,4 +735,27 @@ def _report(coordinator: str, summary: DownloadSummary, say: Callable[[str], Non
         say(f"could not send the report to {coordinator}: {exc}")
 
 
-__all__ = ["AUTO", "Progress", "ResumeMismatch", "UsageError", "download"]
+# Names this module used to import at the top, still importable from it.
+_LAZY = {
+    "ResumeMismatch": "pftp_client.control_file",
+    "CoordinatorError": "pftp_client.coordinator",
+    "CoordinatorUnavailable": "pftp_client.coordinator",
+    "DownloadSummary": "pftp_client.summary",
+    "EngineConfig": "pftp_client.engine",
+    "MirrorEvent": "pftp_client.summary",
+    "MirrorStats": "pftp_client.summary",
+    "NoMirrorCouldServe": "pftp_client.engine",
+    "VerificationFailed": "pftp_client.integrity",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(module), name)
+
+
+__all__ = ["AUTO", "Progress", "ResumeMismatch", "UsageError", "download"]  # noqa: F822

@@ -27,6 +27,8 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class MirrorSource:
+    """One mirror of a plan: its name, URL and the coordinator's figures."""
+
     name: str
     url: str
     expected_bps: float | None = None  # bits/s, the coordinator's estimate
@@ -35,6 +37,8 @@ class MirrorSource:
 
 @dataclass(frozen=True)
 class Portion:
+    """Bytes [start, end) assigned to one mirror by the coordinator."""
+
     mirror: MirrorSource
     start: int
     end: int  # exclusive
@@ -42,6 +46,8 @@ class Portion:
 
 @dataclass(frozen=True)
 class FileIdentity:
+    """The file to download: name, size and (when known) its hashes."""
+
     name: str
     size: int
     sha256: str | None = None
@@ -68,6 +74,8 @@ class FileIdentity:
 
 @dataclass(frozen=True)
 class Plan:
+    """What to download from whom (coordinated, dynamic or single)."""
+
     file: FileIdentity
     mode: PlanMode
     # coordinated: one portion per active mirror; dynamic/single: empty (the

@@ -12,11 +12,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from pftp_client.summary import DownloadSummary, MirrorStats
-
 if TYPE_CHECKING:  # rich is imported only when a live display is shown (start-up cost)
     from rich.console import Console
     from rich.live import Live
+
+    from pftp_client.summary import DownloadSummary, MirrorStats
 
 
 def human_bytes(n: float) -> str:

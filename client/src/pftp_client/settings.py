@@ -13,7 +13,6 @@ Config file: ``$PFTP_CLIENT_CONFIG``, else ``$XDG_CONFIG_HOME/pftp/client.toml``
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,8 @@ class SettingsError(ValueError):
 
 @dataclass
 class ClientSettings:
+    """Settings from the config file and the environment (module doc)."""
+
     coordinators: list[str] = field(default_factory=list)
     access_bandwidth: str | None = None
     timeout: float = 30.0
@@ -52,6 +53,8 @@ def load_settings(env: Mapping[str, str] = os.environ, path: Path | None = None)
     path = path or config_path(env)
     settings = ClientSettings()
     if path.exists():
+        import tomllib  # only when there is a file to read (~4 ms of start-up otherwise)
+
         try:
             raw = tomllib.loads(path.read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:

@@ -7,12 +7,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 EventKind = Literal[
-    "slow", "failed", "retry", "congested", "corrupt", "backup", "stolen", "duplicate"
+    "slow", "failed", "retry", "congested", "corrupt", "backup", "stolen", "duplicate",
+    "resumed",
 ]
 
 
 @dataclass
 class MirrorEvent:
+    """Something that happened to a mirror's flow, ``at_s`` after the start."""
+
     kind: EventKind
     mirror: str
     at_s: float
@@ -21,6 +24,8 @@ class MirrorEvent:
 
 @dataclass
 class MirrorStats:
+    """One mirror's share of a download."""
+
     name: str
     url: str
     role: Literal["active", "backup"] = "active"
@@ -53,6 +58,8 @@ class MirrorStats:
 
 @dataclass
 class DownloadSummary:
+    """The outcome of one download (``--json`` prints ``to_json_dict()``)."""
+
     name: str
     path: str
     size: int

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import time
@@ -369,18 +370,37 @@ def test_congestion_hook_drops_flow_and_backup_takes_over(
     assert DownloadReport.model_validate(coord.reports[0]).mirrors[1].congested
 
 
-def test_congestion_drop_without_a_backup_keeps_the_flow(
+class DropLater(DropAfter):
+    """Like DropAfter, but asks at the first bytes of ``flow`` once ``after_s``
+    seconds have passed since it was attached (on loopback the first megabytes
+    arrive in a few ms, and throttled pyftpdlib sends in bursts once a second)."""
+
+    def __init__(self, control, flow: str, after_s: float) -> None:
+        super().__init__(control, flow, 0)
+        self.after_s, self.first = after_s, time.monotonic()
+
+    def on_receive(self, flow_id, arrival_ns, nbytes):
+        if flow_id != self.flow or self.dropped:
+            return
+        self.seen += nbytes
+        if time.monotonic() - self.first >= self.after_s and self.seen:
+            self.dropped = self.control.drop_flows([flow_id], reason="congested")
+            self.asked = True
+
+
+def test_congestion_drop_without_a_backup_parks_the_flow(
     tmp_path, ftp_mirrors, canned_coordinator
 ):
-    """With no backup to take its place, a flow named by the detector keeps running:
-    dropping it could only lose bandwidth (and a wrong verdict would lose a mirror)."""
-    data = os.urandom(4 * 1024 * 1024 + 3)
-    m = ftp_mirrors({"f.bin": data}, 2, throttle={1: 512 * 1024})
+    """With no backup to take its place, a flow named by the detector is parked: its
+    remainder goes to the flow left (here the faster one, so the aggregate holds and
+    it stays parked); the mirror is reported congested and in state "parked"."""
+    data = os.urandom(8 * 1024 * 1024 + 3)
+    m = ftp_mirrors({"f.bin": data}, 2, throttle={0: 2048 * 1024, 1: 128 * 1024})
     coord = canned_coordinator(200, _answer(data, [m[0].url("f.bin"), m[1].url("f.bin")]))
     made = []
 
     def factory(control, timings):
-        made.append(DropAfter(control, "m1", 128 * 1024))
+        made.append(DropLater(control, "m1", 0.5))
         return made[0]
 
     s = download(
@@ -392,38 +412,86 @@ def test_congestion_drop_without_a_backup_keeps_the_flow(
         detector_factory=factory,
     )
     _assert_clean(tmp_path / "f.bin", data)
-    assert made[0].seen >= 128 * 1024 and made[0].dropped == []
+    assert made[0].dropped == ["m1"]
     by = {x.name: x for x in s.mirrors}
-    assert by["m1"].state != "congested" and by["m1"].bytes > 128 * 1024
+    assert by["m1"].state == "parked" and "congested" in by["m1"].events
+    assert "resumed" not in by["m1"].events
+    # it stopped soon after the verdict: far less than its 4 MiB half
+    assert by["m1"].bytes < 1024 * 1024 and by["m0"].bytes == len(data) - by["m1"].bytes
+    assert by["m1"].state == "parked"
+    assert DownloadReport.model_validate(coord.reports[0]).mirrors[1].congested
 
 
-class DropLater(DropAfter):
-    """Like DropAfter, but asks once ``after_s`` seconds of ``flow`` have passed
-    (on loopback the first megabytes arrive in a few ms, throttle or not)."""
+def test_parked_flow_resumes_when_the_aggregate_falls(tmp_path, ftp_mirrors):
+    """A wrong shared-link verdict: two independent mirrors of equal speed, one parked.
+    The flow left carries about half of what both did, so after the probation the
+    parked one resumes and the download ends with both."""
+    data = os.urandom(5 * 1024 * 1024 + 11)
+    m = ftp_mirrors({"f.bin": data}, 2, throttle={0: 512 * 1024, 1: 512 * 1024})
+    made = []
 
-    def __init__(self, control, flow: str, after_s: float) -> None:
-        super().__init__(control, flow, 0)
-        self.after_s, self.first = after_s, None
+    def factory(control, timings):
+        made.append(DropLater(control, f"ftp://127.0.0.1:{m[1].port}", 1.0))
+        return made[0]
 
-    def on_receive(self, flow_id, arrival_ns, nbytes):
-        if flow_id != self.flow or self.dropped:
-            return
-        self.seen += nbytes
-        self.first = self.first or time.monotonic()
-        if time.monotonic() - self.first >= self.after_s and self.seen:
-            self.dropped = self.control.drop_flows([flow_id], reason="congested")
-            self.asked = True
+    cfg = dataclasses.replace(FAST, park_probation_s=1.0)
+    s = download(
+        None,
+        mirrors=[x.url("f.bin") for x in m],
+        output=tmp_path / "f.bin",
+        config=cfg,
+        access_bandwidth_bps=None,
+        detector_factory=factory,
+    )
+    _assert_clean(tmp_path / "f.bin", data)
+    assert made[0].dropped, "the verdict was not acted on"
+    events = [(e.kind, e.mirror) for e in s.events]
+    parked = made[0].dropped[0]
+    assert ("congested", parked) in events and ("resumed", parked) in events
+    resumed = next(e for e in s.events if e.kind == "resumed")
+    assert "did not hold" in resumed.detail
+    assert next(x for x in s.mirrors if x.name == parked).state == "done"
 
 
-def test_congestion_drop_refused_while_the_access_link_is_full(
+def test_parked_flow_takes_over_when_the_other_fails(tmp_path, ftp_mirrors):
+    """The parked mirror is the reserve: when the only working flow's server dies,
+    the parked one resumes and finishes the file."""
+    data = os.urandom(4 * 1024 * 1024 + 7)
+    m = ftp_mirrors(
+        {"f.bin": data}, 2, throttle={0: 1024 * 1024, 1: 512 * 1024},
+        die_after={0: 2 * 1024 * 1024},
+    )
+    made = []
+
+    def factory(control, timings):
+        made.append(DropLater(control, f"ftp://127.0.0.1:{m[1].port}", 0.5))
+        return made[0]
+
+    s = download(
+        None,
+        mirrors=[x.url("f.bin") for x in m],
+        output=tmp_path / "f.bin",
+        config=FAST,
+        access_bandwidth_bps=None,
+        detector_factory=factory,
+    )
+    _assert_clean(tmp_path / "f.bin", data)
+    parked = made[0].dropped[0]
+    kinds = [(e.kind, e.mirror) for e in s.events]
+    assert ("congested", parked) in kinds and ("resumed", parked) in kinds
+    assert next(x for x in s.mirrors if x.name == parked).bytes > 1024 * 1024
+
+
+def test_congestion_at_a_full_access_link_parks_without_a_backup(
     tmp_path, ftp_mirrors, canned_coordinator
 ):
     """A shared congested link found while the flows together fill the client's
     access link is that access link: every path crosses it, a backup's too, so no
-    flow is dropped (here the configured access bandwidth is tiny, so the aggregate
-    always fills it)."""
+    backup starts; the flow is parked (more flows behind one full link only add
+    loss and cuts) and its mirror is not reported as congested (here the configured
+    access bandwidth is tiny, so the aggregate always fills it)."""
     data = os.urandom(6 * 1024 * 1024 + 5)
-    m = ftp_mirrors({"f.bin": data}, 3, throttle={0: 1024 * 1024, 1: 512 * 1024})
+    m = ftp_mirrors({"f.bin": data}, 3, throttle={0: 1024 * 1024, 1: 128 * 1024})
     coord = canned_coordinator(
         200, _answer(data, [m[0].url("f.bin"), m[1].url("f.bin")], backups=[m[2].url("f.bin")])
     )
@@ -442,9 +510,12 @@ def test_congestion_drop_refused_while_the_access_link_is_full(
         detector_factory=factory,
     )
     _assert_clean(tmp_path / "f.bin", data)
-    assert getattr(made[0], "asked", False) and made[0].dropped == []
+    assert getattr(made[0], "asked", False) and made[0].dropped == ["m1"]
     by = {x.name: x for x in s.mirrors}
-    assert by["m1"].state != "congested" and "b0" not in by
+    assert "b0" not in by, "a backup behind the same access link cannot help"
+    assert by["m1"].state == "parked" and "parked" in by["m1"].events
+    assert "congested" not in by["m1"].events
+    assert not DownloadReport.model_validate(coord.reports[0]).mirrors[1].congested
 
 
 def test_real_servers_vsftpd_pureftpd_nginx(tmp_path, vsftpd_server, pureftpd_server, nginx_server):
@@ -469,8 +540,6 @@ def test_real_servers_vsftpd_pureftpd_nginx(tmp_path, vsftpd_server, pureftpd_se
 def test_large_file_blocks_dealt_in_rounds(tmp_path, ftp_mirrors):
     """With blocks dealt in rounds (here from 128 KiB up, 8 rounds), every byte still
     lands once, in place, and the whole-file hash matches."""
-    import dataclasses
-
     data = os.urandom(3 * 1024 * 1024 + 77)
     m = ftp_mirrors({"f.bin": data}, 3, throttle={2: 1024 * 1024})
     cfg = dataclasses.replace(FAST, round_block_bytes=128 * 1024)

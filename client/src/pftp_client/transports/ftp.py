@@ -11,15 +11,30 @@ allocates a new bytes object per block. Here the data socket is read with
 ``recv_into`` into one reused buffer, the end is re-read after every receive,
 and after an early stop the control connection is resynchronised with a
 ``NOOP`` so it can carry the next range.
+
+Round trips (RFC 959 allows a client to send commands before earlier replies
+arrive; the server answers them in order). Where it is safe, commands are
+written together and their replies read afterwards, one per command:
+``USER``+``PASS``; ``TYPE I``+``SIZE``+``EPSV`` as the first exchange after
+login; ``REST n``+``RETR`` while the data connection is being connected; and
+``NOOP``+``EPSV`` after an abort, so the next range finds its passive port
+ready. Nothing is pipelined behind ``PASS`` or behind ``RETR``/``ABOR``
+(see ``_login``, ``_start_retr`` and ``_abort`` for the servers that would
+pair replies wrongly). A byte reaches the sink only after REST was answered
+350 and RETR 1xx, as before. ``pipeline=False`` (or a greeting from a server
+known to mishandle pipelining, or a pipelined exchange that loses replies)
+falls back to one command at a time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import netrc
 import os
 import re
+import select
 import socket
 import struct
 import threading
@@ -52,6 +67,14 @@ _MAX_LINE = 8192
 _MAX_DRAIN_REPLIES = 8
 # Bytes compared by the REST probe when the server does not implement SIZE.
 _PROBE_BYTES = 4096
+# A passive port obtained ahead of its transfer (pipelined after login or after an
+# abort) is used only while younger than this. pyftpdlib closes an unused passive
+# listener after 30 s and then writes an unsolicited "421 Passive data channel timed
+# out"; vsftpd and pure-ftpd keep it until the next EPSV/PASV/transfer.
+_PASSIVE_MAX_AGE = 10.0
+# Greetings of servers that lftp (ftp:auto-sync-mode) knows to mishandle pipelined
+# commands: with these we send one command at a time.
+_SYNC_ONLY_GREETING = re.compile(r"icrosoft FTP Service|MadGoat|MikroTik")
 # Kernel receive timestamps (SO_TIMESTAMPNS, Linux value when the module lacks it).
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _TS_ANCILLARY = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
@@ -152,36 +175,67 @@ def error_for_reply(what: str, reply: FtpReply) -> TransferError:
 
 
 class _ControlLost(Exception):
-    """The control connection is gone (EOF, reset, 421). Safe to reconnect and
-    retry as long as no data of the current range has been delivered."""
+    """The control connection is gone (EOF, reset, 421, no reply in time). Safe to
+    reconnect and retry as long as no data of the current range has been delivered.
+
+    ``blames_pipelining``: it happened while replies to a pipelined write were
+    still due, in a way that a server losing pipelined commands would cause (no
+    reply at all in time, or the connection closed after part of the batch was
+    answered). The fetcher then continues one command at a time."""
+
+    def __init__(self, message: str, *, blames_pipelining: bool = False) -> None:
+        super().__init__(message)
+        self.blames_pipelining = blames_pipelining
 
 
 class _Control:
-    """One logged-in control connection: send a command, read a (multi-line) reply."""
+    """One logged-in control connection: send commands, read (multi-line) replies.
+
+    ``send_batch`` writes several commands at once (RFC 959 pipelining); the
+    caller then reads exactly one reply per command, plus the final reply of a
+    transfer command after its 1xx.
+    """
 
     def __init__(self, sock: socket.socket, timeout: float) -> None:
         self.sock = sock
         self.timeout = timeout
         self.rfile = sock.makefile("rb")
+        self.typed = False  # TYPE I accepted on this connection
+        # A passive port already obtained (EPSV/PASV reply read) for the next
+        # transfer, and when; see _PASSIVE_MAX_AGE.
+        self.passive: tuple[int, float] | None = None
+        self._batch = 0  # commands in the last write
+        self._unanswered = 0  # of those, how many have no reply yet
 
     def send(self, command: str) -> None:
-        if "\r" in command or "\n" in command:
-            raise ValueError(f"control character in FTP command {command!r}")
-        log.debug(">> %s", "PASS ****" if command.startswith("PASS ") else command)
+        self.send_batch([command])
+
+    def send_batch(self, commands: list[str]) -> None:
+        for command in commands:
+            if "\r" in command or "\n" in command:
+                raise ValueError(f"control character in FTP command {command!r}")
+            log.debug(">> %s", "PASS ****" if command.startswith("PASS ") else command)
+        wire = "".join(c + "\r\n" for c in commands).encode("utf-8", "surrogateescape")
+        self._batch = self._unanswered = len(commands)
         try:
-            self.sock.sendall(command.encode("utf-8", "surrogateescape") + b"\r\n")
+            self.sock.sendall(wire)
         except OSError as exc:
-            raise _ControlLost(f"sending {command.split()[0]}: {exc}") from exc
+            raise _ControlLost(f"sending {commands[0].split()[0]}: {exc}") from exc
+
+    def _lost(self, message: str, *, timed_out: bool) -> _ControlLost:
+        pending = self._batch > 1 and self._unanswered > 0
+        partly = self._unanswered < self._batch
+        return _ControlLost(message, blames_pipelining=pending and (timed_out or partly))
 
     def _line(self) -> str:
         try:
             line = self.rfile.readline(_MAX_LINE + 2)
         except TimeoutError as exc:
-            raise _ControlLost(f"no reply within {self.timeout:g}s") from exc
+            raise self._lost(f"no reply within {self.timeout:g}s", timed_out=True) from exc
         except OSError as exc:
-            raise _ControlLost(f"reading reply: {exc}") from exc
+            raise self._lost(f"reading reply: {exc}", timed_out=False) from exc
         if not line:
-            raise _ControlLost("server closed the control connection")
+            raise self._lost("server closed the control connection", timed_out=False)
         if not line.endswith(b"\n"):
             raise _ControlLost("reply line too long")
         return line.decode("utf-8", "replace").rstrip("\r\n")
@@ -202,6 +256,8 @@ class _Control:
                     break
         reply = FtpReply(int(code), "\n".join(lines))
         log.debug("<< %s", reply)
+        if self._unanswered:
+            self._unanswered -= 1
         if reply.code == 421:  # service closing the control connection
             raise _ControlLost(str(reply))
         return reply
@@ -209,6 +265,22 @@ class _Control:
     def command(self, command: str) -> FtpReply:
         self.send(command)
         return self.reply()
+
+    def exchange(self, commands: list[str], *, pipelined: bool) -> list[FtpReply]:
+        """One reply per command, in order: all commands in one write when
+        ``pipelined``, else each sent after the previous reply arrived. Only for
+        commands that get exactly one reply (not transfers)."""
+        if not pipelined:
+            return [self.command(c) for c in commands]
+        self.send_batch(commands)
+        return [self.reply() for _ in commands]
+
+    def take_passive(self) -> int | None:
+        """The passive port obtained ahead of time, if still fresh; used once."""
+        ready, self.passive = self.passive, None
+        if ready is None or time.monotonic() - ready[1] > _PASSIVE_MAX_AGE:
+            return None
+        return ready[0]
 
     def close(self) -> None:
         for closer in (self.rfile.close, self.sock.close):
@@ -235,6 +307,7 @@ class FtpFetcher:
 
     Not thread-safe: one fetcher serves one flow. ``close`` may be called from
     another thread to tear the connections down; a running ``fetch`` then fails.
+    ``pipeline=False`` sends one command at a time (see the module docstring).
     """
 
     def __init__(
@@ -246,6 +319,7 @@ class FtpFetcher:
         netrc_file: str | os.PathLike[str] | None = None,
         verify_rest: bool = True,
         bufsize: int = RECV_BUFSIZE,
+        pipeline: bool = True,
     ) -> None:
         self.url = url
         self.target = ftp_target(url)
@@ -255,6 +329,9 @@ class FtpFetcher:
         self.stall_timeout = stall_timeout
         self.netrc_file = netrc_file
         self.verify_rest = verify_rest
+        # Cleared for good (for this fetcher) when the server turns out not to
+        # cope with pipelined commands; see _ControlLost.blames_pipelining.
+        self.pipeline = pipeline
         self._buf = bytearray(bufsize)
         self._view = memoryview(self._buf)
         self._ctrl: _Control | None = None
@@ -323,18 +400,30 @@ class FtpFetcher:
     def _with_reconnect(self, step):
         """Run ``step(ctrl)`` on the control connection; if the server had
         dropped it (idle timeout, restart), reconnect once and run it again.
-        Only used for steps that deliver nothing, so a retry is harmless."""
+        Only used for steps that deliver nothing, so a retry is harmless. When
+        the loss points at pipelining, the retry sends one command at a time."""
         for attempt in (1, 2):
             ctrl = self._control()
             try:
                 return step(ctrl)
             except _ControlLost as exc:
                 self._drop_control(ctrl)
+                self._note_pipelining_failure(exc)
                 if attempt == 2:
                     raise TransientError(
                         f"{self._where()}: control connection lost: {exc}"
                     ) from exc
         raise AssertionError("unreachable")
+
+    def _note_pipelining_failure(self, exc: _ControlLost) -> None:
+        if self.pipeline and exc.blames_pipelining:
+            self.pipeline = False
+            log.warning(
+                "%s: replies to pipelined commands went missing (%s); "
+                "sending one command at a time from now on",
+                self._where(),
+                exc,
+            )
 
     def _control(self) -> _Control:
         if self._closed:
@@ -390,45 +479,106 @@ class FtpFetcher:
         return login, password or ""
 
     def _connect(self) -> _Control:
-        t = self.target
-        try:
-            sock = socket.create_connection((t.host, t.port), timeout=self.timeout)
-        except TimeoutError as exc:
-            raise TransientError(f"{self._where()}: connect timed out") from exc
-        except OSError as exc:
-            raise TransientError(f"{self._where()}: cannot connect: {exc}") from exc
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        ctrl = _Control(sock, self.timeout)
-        try:
-            self._login(ctrl)
-        except _ControlLost as exc:
-            ctrl.close()
-            raise TransientError(f"{self._where()}: connection lost during login: {exc}") from exc
-        except BaseException:
-            ctrl.close()
-            raise
-        return ctrl
+        """Connect and log in; a pipelined login that loses replies is retried
+        once on a new connection, one command at a time."""
+        while True:
+            t = self.target
+            try:
+                sock = socket.create_connection((t.host, t.port), timeout=self.timeout)
+            except TimeoutError as exc:
+                raise TransientError(f"{self._where()}: connect timed out") from exc
+            except OSError as exc:
+                raise TransientError(f"{self._where()}: cannot connect: {exc}") from exc
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            ctrl = _Control(sock, self.timeout)
+            pipelined = self.pipeline
+            try:
+                self._login(ctrl)
+            except _ControlLost as exc:
+                ctrl.close()
+                self._note_pipelining_failure(exc)
+                if pipelined and not self.pipeline:
+                    continue
+                raise TransientError(
+                    f"{self._where()}: connection lost during login: {exc}"
+                ) from exc
+            except BaseException:
+                ctrl.close()
+                raise
+            return ctrl
 
     def _login(self, ctrl: _Control) -> None:
+        """Greeting, USER, PASS; then TYPE I (pipelined: sent with the next exchange).
+
+        Pipelined, USER and PASS go in one write and both replies are read. If
+        USER already logged us in (230, e.g. vsftpd's anonymous login without a
+        password), PASS is answered 503 or 2xx ("already logged in") and that
+        reply is dropped; any other answer leaves the login state unclear, so we
+        start over one command at a time. Nothing is pipelined behind PASS:
+        pyftpdlib delays a failed PASS's 530 (auth_failed_timeout) and answers
+        later commands first, which would pair replies with the wrong commands.
+        """
         greeting = ctrl.reply()
         while greeting.code == 120:  # "service ready in nnn minutes"
             greeting = ctrl.reply()
         if greeting.code != 220:
             raise error_for_reply(f"{self._where()}: greeting", greeting)
+        if self.pipeline and _SYNC_ONLY_GREETING.search(greeting.text):
+            self.pipeline = False
+            log.info("%s: server known to mishandle pipelining; not pipelining", self._where())
         user, password = self._credentials()
-        reply = ctrl.command(f"USER {user}")
-        if reply.code == 331:
-            reply = ctrl.command(f"PASS {password}")
+        if self.pipeline:
+            reply, pass_reply = ctrl.exchange([f"USER {user}", f"PASS {password}"], pipelined=True)
+            if reply.code == 331:
+                reply = pass_reply
+            elif reply.code in (230, 202) and not (pass_reply.kind == 2 or pass_reply.code == 503):
+                raise _ControlLost(
+                    f"USER answered {reply.code} but the pipelined PASS {pass_reply.code}",
+                    blames_pipelining=True,
+                )
+        else:
+            reply = ctrl.command(f"USER {user}")
+            if reply.code == 331:
+                reply = ctrl.command(f"PASS {password}")
         if reply.code == 332:
             raise PermanentError(f"{self._where()}: server wants an ACCT, not supported")
         if reply.code not in (230, 202):
             raise error_for_reply(f"{self._where()}: login as {user!r} refused", reply)
-        reply = ctrl.command("TYPE I")
+        if not self.pipeline:
+            self._check_type(ctrl, ctrl.command("TYPE I"))
+
+    def _check_type(self, ctrl: _Control, reply: FtpReply) -> None:
         if reply.code != 200:
             raise error_for_reply(f"{self._where()}: TYPE I refused", reply)
+        ctrl.typed = True
 
-    def _query_size(self, ctrl: _Control) -> int | None:
-        reply = ctrl.command(f"SIZE {self.target.path}")
+    def _exchange(self, ctrl: _Control, commands: list[str]) -> list[FtpReply]:
+        """Replies to ``commands`` (each answered by exactly one reply). On a fresh
+        pipelined connection ``TYPE I`` and, while the size is unknown, ``SIZE``
+        ride along in the same write: the first exchange costs one round trip."""
+        setup: list[str] = []
+        if not ctrl.typed:
+            setup.append("TYPE I")
+            if not self._size_known and not any(c.startswith("SIZE ") for c in commands):
+                setup.append(f"SIZE {self.target.path}")
+        replies = ctrl.exchange(setup + commands, pipelined=self.pipeline)
+        for command, reply in zip(setup, replies, strict=False):
+            if command == "TYPE I":
+                self._check_type(ctrl, reply)
+            else:
+                self._absorb_size(reply)
+        return replies[len(setup) :]
+
+    def _absorb_size(self, reply: FtpReply) -> None:
+        """Cache a SIZE reply that came along with other commands. Errors are not
+        raised here: ``size()`` asks again and reports them."""
+        if reply.code in (500, 501, 502, 504):
+            self._size, self._size_known = None, True
+        elif reply.code == 213:
+            with contextlib.suppress(TransientError):
+                self._size, self._size_known = self._size_from_reply(reply), True
+
+    def _size_from_reply(self, reply: FtpReply) -> int | None:
         if reply.code == 213:
             try:
                 return int(reply.text.split("\n")[-1][4:].strip())
@@ -440,73 +590,175 @@ class FtpFetcher:
             raise PermanentError(f"{self._where()}: file not found ({reply})")
         raise error_for_reply(f"{self._where()}: SIZE", reply)
 
+    def _query_size(self, ctrl: _Control, *, passive: bool = False) -> int | None:
+        """SIZE; with ``passive`` (a transfer follows) an EPSV/PASV rides along."""
+        commands = [f"SIZE {self.target.path}"]
+        extra = self._passive_command(ctrl) if passive and self.pipeline else None
+        if extra:
+            commands.append(extra)
+        replies = self._exchange(ctrl, commands)
+        if extra:
+            self._absorb_passive(ctrl, extra, replies[1])
+        return self._size_from_reply(replies[0])
+
     # ------------------------------------------------------------ transfers
 
-    def _open_data(self, ctrl: _Control) -> socket.socket:
-        """Passive data connection: EPSV (RFC 2428) first, PASV when refused (IPv4 only).
+    def _passive_command(self, ctrl: _Control) -> str | None:
+        """EPSV (RFC 2428), or PASV once EPSV was refused (IPv4 only)."""
+        if not self._epsv_refused:
+            return "EPSV"
+        return "PASV" if ctrl.sock.family == socket.AF_INET else None
+
+    def _absorb_passive(self, ctrl: _Control, command: str, reply: FtpReply) -> None:
+        """Keep the port of a passive reply obtained ahead of its transfer. A
+        failure is not raised here: ``_open_data`` asks again and reports it."""
+        try:
+            if command == "EPSV" and reply.code == 229:
+                ctrl.passive = (parse_epsv(reply.text), time.monotonic())
+            elif command == "PASV" and reply.code == 227:
+                ctrl.passive = (parse_pasv(reply.text)[1], time.monotonic())
+            elif command == "EPSV" and reply.kind == 5:
+                self._epsv_refused = True
+        except TransientError as exc:
+            log.debug("%s: passive reply not usable: %s", self._where(), exc)
+
+    def _passive_port(self, ctrl: _Control) -> int:
+        """Passive port for the next transfer: EPSV first, PASV when refused (IPv4 only).
         We always connect to the control connection's peer address and ignore
         the address in a 227 reply: it is often a private address behind NAT,
         and trusting it would allow FTP bounce tricks (ftplib does the same)."""
-        peer = ctrl.sock.getpeername()
-        family = ctrl.sock.family
-        port = None
         if not self._epsv_refused:
-            reply = ctrl.command("EPSV")
+            reply = self._exchange(ctrl, ["EPSV"])[0]
             if reply.code == 229:
-                port = parse_epsv(reply.text)
-            elif reply.kind == 4:
+                return parse_epsv(reply.text)
+            if reply.kind == 4:
                 raise error_for_reply(f"{self._where()}: EPSV", reply)
-            else:
-                self._epsv_refused = True
-        if port is None:
-            if family != socket.AF_INET:
-                raise PermanentError(f"{self._where()}: server refused EPSV on IPv6")
-            reply = ctrl.command("PASV")
-            if reply.code != 227:
-                raise error_for_reply(f"{self._where()}: PASV", reply)
-            _addr, port = parse_pasv(reply.text)
-        data = socket.socket(family, socket.SOCK_STREAM)
-        data.settimeout(self.timeout)
-        if self.kernel_timestamps:
-            try:  # before connect: every segment of the transfer gets its time
-                data.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-            except OSError as exc:
-                log.debug("%s: no SO_TIMESTAMPNS (%s); receive-call times used", self._where(), exc)
-        try:
-            data.connect((peer[0], port, *peer[2:]))
-        except OSError as exc:
+            self._epsv_refused = True
+        if ctrl.sock.family != socket.AF_INET:
+            raise PermanentError(f"{self._where()}: server refused EPSV on IPv6")
+        reply = self._exchange(ctrl, ["PASV"])[0]
+        if reply.code != 227:
+            raise error_for_reply(f"{self._where()}: PASV", reply)
+        return parse_pasv(reply.text)[1]
+
+    def _open_data(self, ctrl: _Control) -> tuple[socket.socket, bool]:
+        """Start connecting the passive data connection (non-blocking; finished by
+        ``_finish_connect``). Returns the socket and whether its port was
+        obtained ahead of time (such a port may have gone stale)."""
+        port = ctrl.take_passive()
+        ahead = port is not None
+        while True:
+            if port is None:
+                port = self._passive_port(ctrl)
+            peer = ctrl.sock.getpeername()
+            data = socket.socket(ctrl.sock.family, socket.SOCK_STREAM)
+            if self.kernel_timestamps:
+                try:  # before connect: every segment of the transfer gets its time
+                    data.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                except OSError as exc:
+                    log.debug(
+                        "%s: no SO_TIMESTAMPNS (%s); receive-call times used", self._where(), exc
+                    )
+            data.setblocking(False)
+            err = data.connect_ex((peer[0], port, *peer[2:]))
+            if err in (0, errno.EINPROGRESS, errno.EAGAIN):
+                return data, ahead
             data.close()
-            raise TransientError(f"{self._where()}: data connection to port {port}: {exc}") from exc
-        return data
+            if ahead:  # the early port is gone; ask for a new one
+                port, ahead = None, False
+                continue
+            raise TransientError(
+                f"{self._where()}: data connection to port {port}: {os.strerror(err)}"
+            )
+
+    def _finish_connect(self, data: socket.socket) -> None:
+        """Wait for the data connection started by ``_open_data``; raises OSError."""
+        poller = select.poll()
+        poller.register(data, select.POLLOUT)
+        if not poller.poll(self.timeout * 1000):
+            raise TimeoutError("connect timed out")
+        err = data.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise OSError(err, os.strerror(err))
+        data.settimeout(self.timeout)
+
+    def _retr_failed(self, reply: FtpReply) -> TransferError:
+        if reply.code == 550:
+            return PermanentError(f"{self._where()}: file not found or not readable ({reply})")
+        return error_for_reply(f"{self._where()}: RETR", reply)
+
+    def _rest_failed(self, reply: FtpReply, offset: int) -> TransferError:
+        if reply.kind == 4:
+            return error_for_reply(f"{self._where()}: REST {offset}", reply)
+        # 500/502/504 (not implemented) or a 2xx/3xx that is not 350:
+        # RETR would start at byte 0. Never trust it.
+        self._rest_honoured = False
+        return RangeNotHonoured(f"{self._where()}: server refused REST {offset} ({reply})")
 
     def _start_retr(self, ctrl: _Control, offset: int) -> tuple[_Control, socket.socket]:
         """Open the data connection, position it (REST, RFC 3659 section 5) and start RETR.
         REST goes right before RETR: RFC 959 says the restart marker must be
-        immediately followed by the transfer command."""
-        data = self._open_data(ctrl)
+        immediately followed by the transfer command.
+
+        Pipelined, the data connection is connected while ``REST n`` and ``RETR``
+        travel in one write: passive servers accept the connection whether it
+        arrives before or after RETR (tested: pyftpdlib, vsftpd, pure-ftpd), so
+        the first byte comes two round trips after the passive reply instead of
+        three. The price is that RETR is already on its way when REST is
+        refused; the server then sends from byte 0. Nothing is read from the
+        data connection before both replies are in: a refused REST resets it,
+        and a started RETR is aborted like any early stop (``_abort``), so the
+        control connection stays in step or is dropped.
+        """
+        data, ahead = self._open_data(ctrl)
         try:
+            if not self.pipeline:
+                return ctrl, self._start_retr_sync(ctrl, data, offset)
+            commands = [f"REST {offset}"] if offset > 0 else []
+            ctrl.send_batch([*commands, f"RETR {self.target.path}"])
             if offset > 0:
-                reply = ctrl.command(f"REST {offset}")
-                if reply.code != 350:
-                    if reply.kind == 4:
-                        raise error_for_reply(f"{self._where()}: REST {offset}", reply)
-                    # 500/502/504 (not implemented) or a 2xx/3xx that is not 350:
-                    # RETR would start at byte 0. Never trust it.
-                    self._rest_honoured = False
-                    raise RangeNotHonoured(
-                        f"{self._where()}: server refused REST {offset} ({reply})"
-                    )
-            reply = ctrl.command(f"RETR {self.target.path}")
-            if reply.kind != 1:
-                if reply.code == 550:
-                    raise PermanentError(
-                        f"{self._where()}: file not found or not readable ({reply})"
-                    )
-                raise error_for_reply(f"{self._where()}: RETR", reply)
+                rest = ctrl.reply()
+                if rest.code != 350:
+                    if ctrl.reply().kind == 1:  # the transfer started (from byte 0): stop it
+                        with contextlib.suppress(OSError):
+                            self._finish_connect(data)
+                        self._abort(ctrl, data)
+                    raise self._rest_failed(rest, offset)
+            try:
+                # Before RETR's reply: some servers (pure-ftpd) send their 1xx only
+                # once the connection is accepted, and a connect that fails must
+                # not be mistaken for a server that lost a pipelined command.
+                self._finish_connect(data)
+            except OSError as exc:
+                # The server waits for a connection that will not come (and may not
+                # read the control connection meanwhile): start over on a new one.
+                self._drop_control(ctrl)
+                message = f"data connection to {self._where()} failed: {exc}"
+                if ahead:  # an early port may have gone stale: worth one retry
+                    raise _ControlLost(message) from exc
+                raise TransientError(message) from exc
+            retr = ctrl.reply()
+            if retr.kind != 1:
+                raise self._retr_failed(retr)
         except BaseException:
             _rst_close(data)
             raise
         return ctrl, data
+
+    def _start_retr_sync(self, ctrl: _Control, data: socket.socket, offset: int) -> socket.socket:
+        """One command at a time, as RFC 959 clients classically do."""
+        try:
+            self._finish_connect(data)
+        except OSError as exc:
+            raise TransientError(f"{self._where()}: data connection failed: {exc}") from exc
+        if offset > 0:
+            reply = ctrl.command(f"REST {offset}")
+            if reply.code != 350:
+                raise self._rest_failed(reply, offset)
+        reply = ctrl.command(f"RETR {self.target.path}")
+        if reply.kind != 1:
+            raise self._retr_failed(reply)
+        return data
 
     def _receive(
         self,
@@ -577,7 +829,9 @@ class FtpFetcher:
             self._abort(ctrl, data)
             raise
         if not eof:
-            self._abort(ctrl, data)
+            # An early stop between ranges: the flow normally asks for its next
+            # range at once, so the passive port for it comes with the resync.
+            self._abort(ctrl, data, prepare_next=not (cancel.is_set() or self._closed))
             return pos - offset, False
         data.close()
         self._finish(ctrl, pos, end)
@@ -600,7 +854,7 @@ class FtpFetcher:
                 f"{self._where()}: data ended at byte {pos} before {end.value} ({reply})"
             )
 
-    def _abort(self, ctrl: _Control, data: socket.socket) -> None:
+    def _abort(self, ctrl: _Control, data: socket.socket, *, prepare_next: bool = False) -> None:
         """Stop a transfer we no longer want and resynchronise the control connection.
 
         The data socket is reset first, then ABOR is sent. RFC 959 servers then
@@ -611,6 +865,8 @@ class FtpFetcher:
         that counts differently cannot leave a stale reply to be mistaken for
         the next command's. NOOP is not pipelined behind ABOR: pure-ftpd reads
         ABOR inside its transfer loop and throws away the rest of that read.
+        With ``prepare_next`` (and pipelining on), EPSV/PASV for the next range
+        goes out in the same write as NOOP; its reply is the one after the 200.
         If anything fails, the control connection is dropped instead: the next
         fetch logs in again, which costs a round trip or two but can never
         pair a reply with the wrong command.
@@ -628,12 +884,18 @@ class FtpFetcher:
             ctrl.send("ABOR")
             next_reply()
             next_reply()
-            ctrl.send("NOOP")
+            passive = self._passive_command(ctrl) if prepare_next and self.pipeline else None
+            ctrl.send_batch(["NOOP", passive] if passive else ["NOOP"])
             for _ in range(_MAX_DRAIN_REPLIES):
                 if next_reply().code == 200:
-                    return
-            raise _ControlLost("no NOOP reply")
+                    break
+            else:
+                raise _ControlLost("no NOOP reply")
+            if passive:
+                self._absorb_passive(ctrl, passive, next_reply())
+            return
         except _ControlLost as exc:
+            self._note_pipelining_failure(exc)
             log.info("%s: control connection dropped after abort: %s", self._where(), exc)
         self._drop_control(ctrl)
 
@@ -648,12 +910,26 @@ class FtpFetcher:
         second byte). Without SIZE, compare the bytes after ``REST 1`` with
         bytes 1.. of a read from 0; a prefix that is constant cannot tell the
         two apart, so we refuse rather than guess.
+
+        Cost, pipelined: the probe's EPSV rides with TYPE I and SIZE, and its
+        REST+RETR with its data connect, so it adds two round trips plus the
+        EPSV of the real transfer (three in all; it was SIZE + EPSV + connect +
+        REST + RETR = five). Not done: sending the real transfer's EPSV before
+        the probe's data has come. A second EPSV closes the first passive
+        listener (pyftpdlib, vsftpd and pure-ftpd all refuse the connection
+        then), and an EPSV queued behind the probe's RETR is executed by
+        pyftpdlib during the transfer, which closes the data channel and loses
+        the transfer's 226 (tested), so it would save one round trip at the
+        price of pairing replies wrongly on such servers.
         """
         if self._rest_honoured is False:
             raise RangeNotHonoured(f"{self._where()}: server ignores REST")
         if self._rest_honoured or not self.verify_rest:
             return
-        size = self.size()
+        if not self._size_known:
+            self._size = self._with_reconnect(lambda c: self._query_size(c, passive=True))
+            self._size_known = True
+        size = self._size
         if size is not None:
             if size < 2:
                 self._rest_honoured = True  # no offset > 0 can be inside the file

@@ -1,0 +1,196 @@
+"""Start-up cost of ``pftp get`` (notes/client-startup.md), guarded without timing:
+which modules are loaded before the first connect, and that the lazy public API
+still resolves."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# Not needed to parse `pftp get --mirror ...` and start the size probes: each is
+# imported later (the engine's modules by a background thread while the mirrors
+# answer) or never on a mirror-only download.
+NOT_BEFORE_PROBE = (
+    "concurrent.futures",
+    "hashlib",
+    "httpx",
+    "json",
+    "numpy",
+    "pftp_client.access_bandwidth",
+    "pftp_client.congestion",
+    "pftp_client.congestion_wiring",
+    "pftp_client.control_file",
+    "pftp_client.coordinator",
+    "pftp_client.discovery",
+    "pftp_client.engine",
+    "pftp_client.integrity",
+    "pftp_client.part_file",
+    "pftp_client.summary",
+    "pftp_wire",
+    "pydantic",
+    "rich",
+    "shutil",
+    "tempfile",
+    "tomllib",
+)
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    import os
+
+    env = dict(os.environ)
+    env["PFTP_CLIENT_CONFIG"] = str(tmp_path / "no-config.toml")
+    for var in ("PFTP_COORDINATOR", "PFTP_ACCESS_BANDWIDTH"):
+        env.pop(var, None)
+    return env
+
+
+def _run(code: str, tmp_path: Path) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(tmp_path),
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_cli_import_and_parse_load_nothing_heavy(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from pftp_client.cli import build_parser\n"
+        "from pftp_client.settings import load_settings\n"
+        "args = build_parser().parse_args(['get', '--mirror', 'ftp://127.0.0.1/f',"
+        " '--mirror', 'ftp://127.0.0.2/f', '--sha256', '0' * 64, '-o', 'out', '--quiet',"
+        " '--json', '--no-discovery'])\n"
+        "assert args.mirror and load_settings().coordinators == []\n"
+        f"print(sorted(m for m in {NOT_BEFORE_PROBE!r} if m in sys.modules))\n"
+    )
+    assert _run(code, tmp_path).strip() == "[]"
+
+
+def test_probes_start_before_the_engine_loads(pyftpd_server, tmp_path: Path) -> None:
+    """A real `pftp get`: when the size probe starts, none of the modules above is
+    loaded; the download still completes and verifies."""
+    import hashlib
+
+    data = bytes(range(256)) * 4096 + b"tail"
+    pyftpd_server.put("f.bin", data)
+    url = pyftpd_server.url("f.bin")
+    out = tmp_path / "out.bin"
+    digest = hashlib.sha256(data).hexdigest()
+    argv = ["get", "--mirror", url, "--sha256", digest, "-o", str(out), "--quiet", "--json"]
+    argv.append("--no-discovery")
+    code = (
+        "import sys\n"
+        "import pftp_client.cli as cli\n"
+        "d = sys.modules['pftp_client.download']\n"
+        "seen = []\n"
+        "start = d._start_probes\n"
+        "def spy(*a, **k):\n"
+        f"    seen.append(sorted(m for m in {NOT_BEFORE_PROBE!r} if m in sys.modules))\n"
+        "    return start(*a, **k)\n"
+        "d._start_probes = spy\n"
+        f"code = cli.run({argv!r})\n"
+        "print('LOADED-AT-PROBE', seen)\n"
+        "sys.exit(code)\n"
+    )
+    stdout = _run(code, tmp_path)
+    summary, _, tail = stdout.rpartition("LOADED-AT-PROBE ")
+    assert tail.strip() == "[[]]"
+    assert json.loads(summary)["sha256_verified"] is True
+    assert out.read_bytes() == data
+
+
+def test_public_api_resolves_lazily() -> None:
+    import pftp_client
+    import pftp_client.download as download_module  # binds the function, as before
+    from pftp_client import download
+
+    assert callable(download) and download.__module__ == "pftp_client.download"
+    assert download_module is download
+    for name in pftp_client.__all__:
+        assert getattr(pftp_client, name) is not None, name
+        assert name in dir(pftp_client)
+    from pftp_client.control_file import ResumeMismatch
+    from pftp_client.download import ResumeMismatch as again
+
+    assert again is ResumeMismatch is pftp_client.ResumeMismatch
+    with pytest.raises(AttributeError):
+        _ = pftp_client.no_such_name
+
+
+def test_congestion_modes_match_the_wiring() -> None:
+    from pftp_client.congestion_wiring import MODES
+
+    assert sys.modules["pftp_client.download"].CONGESTION_MODES == MODES
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "code"),
+    [
+        ("pftp_client.integrity", "VerificationFailed", 3),
+        ("pftp_client.engine", "NoMirrorCouldServe", 4),
+        ("pftp_client.coordinator", "CoordinatorUnavailable", 5),
+        ("pftp_client.coordinator", "CoordinatorRefused", 5),
+        ("pftp_client.control_file", "ResumeMismatch", 5),
+        ("builtins", "PermissionError", 5),
+        ("builtins", "RuntimeError", None),
+    ],
+)
+def test_exit_codes_by_exception(module: str, name: str, code: int | None) -> None:
+    from importlib import import_module
+
+    from pftp_client.cli import _exit_code
+
+    exc = getattr(import_module(module), name)("x")
+    assert _exit_code(exc) == code
+
+
+def test_state_file_written_without_tempfile(tmp_path: Path) -> None:
+    from pftp_client.access_bandwidth import load_state, save_state
+
+    path = tmp_path / "cache" / "access_bandwidth.json"
+    save_state(path, {"probes": {}, "history": [{"at": 1.0, "key": "k", "bps": 5}]})
+    save_state(path, {"probes": {}, "history": []})
+    assert load_state(path) == {"probes": {}, "history": []}
+    assert [p.name for p in path.parent.iterdir()] == ["access_bandwidth.json"]
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_probe_that_raises_closes_the_others(pyftpd_server, tmp_path: Path) -> None:
+    """The size probes run in their own threads: an unexpected error in one reaches
+    the caller, and the connections the other probes opened are closed."""
+    from pftp_client import download
+    from pftp_client.transports.base import open_fetcher
+
+    pyftpd_server.put("f.bin", b"x" * 1000)
+    good = pyftpd_server.url("f.bin")
+    bad = good + "?broken"
+    closed: list[str] = []
+
+    def opener(url: str, **kw: Any) -> Any:  # the real fetcher, its close watched
+        if url == bad:
+            raise RuntimeError("bug in a transport")
+        fetcher = open_fetcher(url, **kw)
+        real_close = fetcher.close
+
+        def close() -> None:
+            closed.append(url)
+            real_close()
+
+        fetcher.close = close  # type: ignore[method-assign]
+        return fetcher
+
+    with pytest.raises(RuntimeError, match="bug in a transport"):
+        download(mirrors=[good, bad], output=tmp_path / "f.bin", open_fetcher=opener,
+                 congestion="off")
+    assert closed == [good]
+    assert not (tmp_path / "f.bin").exists()
