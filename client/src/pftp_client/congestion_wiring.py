@@ -287,7 +287,9 @@ class CongestionSession:
             self.say(
                 f"shared congested link: {', '.join(event.mirrors)} ({event.source}, "
                 f"confidence {event.confidence:.2f}, {event.packets} packets), but the flows "
-                "together fill the access link: that is the shared link; nothing dropped"
+                "together fill the access link: that is the shared link; "
+                + (f"parking {', '.join(str(f) for f in event.dropped)}" if event.dropped
+                   else "nothing dropped")
             )
             return
         self.say(

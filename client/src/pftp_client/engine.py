@@ -103,7 +103,10 @@ class EngineConfig:
     # parked (see drop_flows); if the flows left then carry less than this share of
     # what all carried before, within park_probation_s, the parked ones resume.
     park_hold: float = 0.8
-    park_probation_s: float = 2.0
+    # Judged on the aggregate of the last 2 s (window of _aggregate_long), so at
+    # least 0.5 s after the parking: the cut's bytes in flight are thrown away and
+    # the flows left need a moment to take the freed bandwidth.
+    park_probation_s: float = 2.5
 
 
 LaneKind = Literal["normal", "duplicate", "repair"]
@@ -159,7 +162,6 @@ class Parking:
     flows: list[str]
     at: float
     aggregate_before: float  # bytes/s of all flows over the seconds before
-    total_at: int  # bytes all flows had received then
 
 
 @dataclass
@@ -427,7 +429,7 @@ class DownloadEngine:
         if recent is not None:  # one verdict's set arrives as several calls
             recent.flows.append(flow.id)
         else:
-            self._parkings.append(Parking([flow.id], now, before, self._aggregate_long.total))
+            self._parkings.append(Parking([flow.id], now, before))
         self._event(
             kind, flow, f"{why}; parked: its work goes to the flows left, the mirror stays "
             "in reserve",
@@ -458,7 +460,7 @@ class DownloadEngine:
             if now - p.at < self.cfg.park_probation_s:
                 continue
             self._parkings.remove(p)
-            agg = (self._aggregate_long.total - p.total_at) / max(now - p.at, 1e-3)
+            agg = self._aggregate_long.rate(now) or 0.0
             if agg >= self.cfg.park_hold * p.aggregate_before:
                 continue
             self._parking_failed = True

@@ -434,7 +434,7 @@ def test_parked_flow_resumes_when_the_aggregate_falls(tmp_path, ftp_mirrors):
         made.append(DropLater(control, f"ftp://127.0.0.1:{m[1].port}", 1.0))
         return made[0]
 
-    cfg = dataclasses.replace(FAST, park_probation_s=1.0)
+    cfg = dataclasses.replace(FAST, park_probation_s=2.5)
     s = download(
         None,
         mirrors=[x.url("f.bin") for x in m],

@@ -287,12 +287,10 @@ class MonitorObserver:
         event.mirrors = [self._mirror.get(str(f), str(f)) for f in event.shared_set]
         saturated = getattr(self.control, "access_saturated", None)
         event.access_link = bool(saturated is not None and saturated())
-        done = (
-            set()
-            if event.access_link
-            else set(self.control.drop_flows([str(f) for f in flow_ids], "congested") or [])
-        )
-        # The engine keeps a flow it cannot replace with a backup: say what really happened.
+        # The engine decides: a backup in its place, parked (no backup left, or the
+        # shared link is the access link), or kept.
+        done = set(self.control.drop_flows([str(f) for f in flow_ids], "congested") or [])
+        # Say what really happened.
         event.dropped = [f for f in flow_ids if str(f) in done]
         if self.on_event is not None:
             self.on_event(event)
