@@ -156,7 +156,10 @@ class _SaturatedEngine(_Engine):
         return True
 
 
-def test_shared_set_on_a_full_access_link_is_reported_not_dropped():
+def test_shared_set_on_a_full_access_link_goes_to_the_engine_and_is_not_reported():
+    """The engine decides what to do with a set found on a full access link (it
+    parks the flows, engine.drop_flows); the event says so and is marked, and the
+    mirrors are not reported as sharing congestion."""
     from pftp_client.congestion_wiring import congested_with
     from pftp_client.flow_observer import FlowTimings
 
@@ -172,8 +175,8 @@ def test_shared_set_on_a_full_access_link_is_reported_not_dropped():
         obs.on_receive(f, t, 1448)
     obs.monitor.check()
     obs.monitor.check()
-    assert events and events[0].access_link and events[0].dropped == []
-    assert engine.dropped == []
+    assert events and events[0].access_link and events[0].dropped == ["f2"]
+    assert engine.dropped == ["f2"]
     # such a set says nothing about the mirrors' own paths: not reported
     as_dicts = [{"mirrors": e.mirrors, "access_link": e.access_link} for e in events]
     assert congested_with(as_dicts) == {}
