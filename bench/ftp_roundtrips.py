@@ -43,6 +43,7 @@ from pathlib import Path
 from pftp_client.transports.base import RangeEnd
 from pftp_client.transports.ftp import FtpFetcher
 from pftp_lab.ftp_proxy import FtpDelayProxy
+from pftp_lab.servers import pureftpd_user_argv
 
 from .local import free_port, wait_listening
 from .transport_loopback import pyftpdlib_server, vsftpd_server
@@ -66,20 +67,9 @@ def pureftpd_server(root: Path, work: Path) -> Iterator[str]:
     pure_pw = base / "bin" / "pure-pw"
     if not (binary.exists() and pure_pw.exists() and shutil.which("openssl")):
         raise RuntimeError("pure-ftpd (with pure-pw) or openssl not installed")
-    hashed = subprocess.run(
-        ["openssl", "passwd", "-6", "-stdin"],
-        input=PUREFTPD_PASSWORD,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    passwd = work / "pureftpd.passwd"
-    passwd.write_text(f"{PUREFTPD_USER}:{hashed}:65534:65534::{root}/./::::::::::::\n")
-    pdb = work / "pureftpd.pdb"
-    subprocess.run([pure_pw, "mkdb", str(pdb), "-f", str(passwd)], check=True, capture_output=True)
     port = free_port()
-    argv = [str(binary), "-S", f"127.0.0.1,{port}", "-l", f"puredb:{pdb}", "-E", "-H", "-A",
-            "-p", "42000:42999", "-g", str(work / "pure-ftpd.pid")]  # fmt: skip
+    argv = pureftpd_user_argv(str(binary), str(pure_pw), work, root, "127.0.0.1", port,
+                              PUREFTPD_USER, PUREFTPD_PASSWORD, (42000, 42999))
     with (work / "pure-ftpd.log").open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:

@@ -36,7 +36,7 @@ from typing import Any
 
 import psutil
 import pytest
-from pftp_lab.servers import vsftpd_plain_conf
+from pftp_lab.servers import pureftpd_user_argv, vsftpd_plain_conf
 
 LOOPBACK = "127.0.0.1"
 _STARTUP_TIMEOUT = 20.0
@@ -314,6 +314,15 @@ def pyftpd_server(start_pyftpd: Callable[..., MirrorServer]) -> MirrorServer:
     return start_pyftpd()
 
 
+@pytest.fixture
+def closed_port_url() -> str:
+    """An http:// URL on a loopback port nothing listens on (connection refused)."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        port = s.getsockname()[1]
+    return f"http://{LOOPBACK}:{port}"
+
+
 # --------------------------------------------------------------------- vsftpd
 
 
@@ -369,42 +378,11 @@ def start_pureftpd(tmp_path: Path, _spawner: _Spawner) -> Callable[..., MirrorSe
             pytest.skip("pure-ftpd (with pure-pw) or openssl not installed")
         work = _spawner.workdir("pureftpd")
         root = root or _make_root(tmp_path, f"pureftpd-root-{_spawner.count}")
-        # A cheap SHA-512 crypt hash (pure-pw's default argon2 costs seconds per login).
-        hashed = subprocess.run(
-            ["openssl", "passwd", "-6", "-stdin"],
-            input=PUREFTPD_PASSWORD,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        passwd = work / "pureftpd.passwd"
-        # Home ending in "/./" chroots the user there; uid/gid of nobody.
-        passwd.write_text(f"{PUREFTPD_USER}:{hashed}:65534:65534::{root}/./::::::::::::\n")
-        pdb = work / "pureftpd.pdb"
-        subprocess.run(
-            [pure_pw, "mkdb", str(pdb), "-f", str(passwd)], check=True, capture_output=True
-        )
-        lo, hi = pasv_range()
         port = free_port(host)
-        argv = [
-            binary,
-            "-S",
-            f"{host},{port}",
-            "-l",
-            f"puredb:{pdb}",
-            "-E",  # no anonymous logins
-            "-H",  # no reverse DNS
-            "-A",  # chroot everyone
-            "-p",
-            f"{lo}:{hi}",
-            "-c",
-            "100",
-            "-C",
-            "100",
-            "-g",
-            str(work / "pure-ftpd.pid"),
-            *(extra_args or []),
-        ]
+        argv = pureftpd_user_argv(
+            binary, pure_pw, work, root, host, port, PUREFTPD_USER, PUREFTPD_PASSWORD,
+            pasv_range(), extra_args,
+        )
         proc = _spawner.spawn(argv, host, port, work / "stdout.log")
         server = MirrorServer(
             "pure-ftpd",

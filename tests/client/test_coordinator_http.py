@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import socket
 import ssl
 import subprocess
 import sys
@@ -78,13 +77,6 @@ def scripted(http_servers: Callable[..., str]) -> Callable[..., Scripted]:
     return start
 
 
-@pytest.fixture
-def closed_url() -> str:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return f"http://{LOOPBACK}:{s.getsockname()[1]}"
-
-
 def test_request_body_and_plan(scripted) -> None:
     coord = scripted([(200, ANSWER)])
     base, plan = request_plan(
@@ -101,23 +93,23 @@ def test_request_body_and_plan(scripted) -> None:
     assert models.AssignmentRequest.model_validate_json(body).file == "f.bin"
 
 
-def test_5xx_and_dead_coordinators_are_retried_with_back_off(scripted, closed_url) -> None:
+def test_5xx_and_dead_coordinators_are_retried_with_back_off(scripted, closed_port_url) -> None:
     coord = scripted([(503, {"detail": "busy"}), (500, b"oops"), (200, ANSWER)])
     sleeps: list[float] = []
     base, _ = request_plan(
-        [closed_url, coord.url], AssignmentRequest(file="f"), sleep=sleeps.append
+        [closed_port_url, coord.url], AssignmentRequest(file="f"), sleep=sleeps.append
     )
     assert base == coord.url and len(coord.seen) == 3
     assert sleeps == [0.5, 1.0, 0.5, 1.0]  # 3 attempts per coordinator (paper 001)
 
 
-def test_unavailable_after_three_attempts_says_why(scripted, closed_url) -> None:
+def test_unavailable_after_three_attempts_says_why(scripted, closed_port_url) -> None:
     coord = scripted([(502, {"detail": "bad gateway"})])
     with pytest.raises(CoordinatorUnavailable, match="after 3 attempts") as err:
         request_plan([coord.url], AssignmentRequest(file="f"), sleep=lambda s: None)
     assert "HTTP 502 bad gateway" in str(err.value) and len(coord.seen) == 3
     with pytest.raises(CoordinatorUnavailable, match="ConnectionRefusedError"):
-        request_plan([closed_url], AssignmentRequest(file="f"), sleep=lambda s: None)
+        request_plan([closed_port_url], AssignmentRequest(file="f"), sleep=lambda s: None)
     with pytest.raises(CoordinatorUnavailable, match="not an http"):
         request_plan(["ftp://127.0.0.1/"], AssignmentRequest(file="f"), sleep=lambda s: None)
 
@@ -162,9 +154,9 @@ def test_report_is_sent_and_acknowledged(scripted) -> None:
     assert models.DownloadReport.model_validate_json(body).mirrors[0].bytes == 10
 
 
-def test_proxy_variables_are_ignored(scripted, closed_url, monkeypatch) -> None:
+def test_proxy_variables_are_ignored(scripted, closed_port_url, monkeypatch) -> None:
     for var in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
-        monkeypatch.setenv(var, closed_url)
+        monkeypatch.setenv(var, closed_port_url)
     coord = scripted([(200, ANSWER)])
     assert request_plan([coord.url], AssignmentRequest(file="f"))[0] == coord.url
 

@@ -7,12 +7,13 @@ summary = download(mirrors=["ftp://a/f.iso", "http://b/f.iso"], sha256="...", ou
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # ``download`` is bound eagerly: it is also the name of the submodule, and a lazy
 # name would be shadowed by the module once ``pftp_client.download`` is imported.
 # download.py itself is light; it imports the engine while the mirrors are probed.
 from pftp_client.download import UsageError, download
+from pftp_client.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from pftp_client.control_file import ResumeMismatch
@@ -47,20 +48,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 __all__ = [
     "CoordinatorAnswerError",

@@ -248,11 +248,14 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main() -> None:
-    code = run()
+    _exit(run())
+
+
+def _normal_exit(code: int) -> None:
     # Everything is done (file in place, report sent). Freezing the heap spares the
     # interpreter's final collections over every object of pydantic/numpy/...
     gc.freeze()
-    _exit(code)
+    sys.exit(code)
 
 
 def _exit(code: int) -> None:
@@ -266,12 +269,12 @@ def _exit(code: int) -> None:
         if t is not threading.current_thread() and not t.daemon and t.is_alive()
     ]
     if others or threading.current_thread() is not threading.main_thread():
-        sys.exit(code)
+        _normal_exit(code)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
     except (OSError, ValueError):
-        sys.exit(code)  # let the interpreter report it as it always does
+        _normal_exit(code)  # let the interpreter report it as it always does
     import atexit
 
     atexit._run_exitfuncs()

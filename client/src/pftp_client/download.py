@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlsplit
 # probe is imported here. The engine, hashing, control/part file and summary
 # modules (and the coordinator client when one is asked) are imported by a
 # background thread while the mirrors answer the probe (``_load_run_modules``).
+from pftp_client.lazy import lazy_attributes
 from pftp_client.plan import FileIdentity, Plan, PlanError, check_url, dynamic_plan
 from pftp_client.transports.base import RangeFetcher, TransferError
 from pftp_client.transports.base import open_fetcher as default_open_fetcher
@@ -109,10 +110,8 @@ def _load_run_modules() -> None:
 
 
 class _CaptureCheck:
-    """May this process capture packets (AF_PACKET raw socket, root or
-    CAP_NET_RAW)? The test of congestion.capture.afpacket_capture_available, in a
-    thread started before the first connect; ``result()`` does not wait for the
-    close, which alone takes ~10 ms (the kernel waits for an RCU grace period)."""
+    """congestion.afpacket.afpacket_capture_available in a thread started before
+    the first connect; ``result()`` waits for the answer, not for the close."""
 
     def __init__(self) -> None:
         self._ok = False
@@ -120,17 +119,16 @@ class _CaptureCheck:
         threading.Thread(target=self._run, name="pftp-capture-check", daemon=True).start()
 
     def _run(self) -> None:
-        import socket
+        from pftp_client.congestion.afpacket import afpacket_capture_available
 
         try:
-            try:
-                s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
-            except (PermissionError, OSError, AttributeError):  # 0x0003: ETH_P_ALL
-                return
-            self._ok = True
+            afpacket_capture_available(on_known=self._answer)
         finally:
-            self._known.set()
-        s.close()
+            self._known.set()  # also when the check itself failed: no capture
+
+    def _answer(self, ok: bool) -> None:
+        self._ok = ok
+        self._known.set()
 
     def result(self) -> bool:
         self._known.wait()
@@ -749,13 +747,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(module), name)
-
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 __all__ = ["AUTO", "Progress", "ResumeMismatch", "UsageError", "download"]  # noqa: F822

@@ -103,7 +103,7 @@ class EngineConfig:
     # parked (see drop_flows); if the flows left then carry less than this share of
     # what all carried before, within park_probation_s, the parked ones resume.
     park_hold: float = 0.8
-    # Judged on the aggregate of the last 2 s (window of _aggregate_long), so at
+    # Judged on the aggregate of the last 2 s (the window of _aggregate), so at
     # least 0.5 s after the parking: the cut's bytes in flight are thrown away and
     # the flows left need a moment to take the freed bandwidth.
     park_probation_s: float = 2.5
@@ -226,9 +226,9 @@ class DownloadEngine:
         self.backups: deque[MirrorSource] = deque(plan.backups)
         self.bad_mirrors: set[str] = set()
         self.timings = FlowTimings(self.cfg.ring_capacity)
-        self._aggregate = RateMeter(window_s=0.5, step_s=0.02, min_span_s=0.05)  # all flows
-        # the same over a few seconds: the yardstick for parked flows (see _park)
-        self._aggregate_long = RateMeter(window_s=2.0, step_s=0.1, min_span_s=0.5)
+        # All flows together, over seconds: flows behind a loss-based bottleneck and
+        # rate-limited servers deliver in bursts.
+        self._aggregate = RateMeter(window_s=2.0, step_s=0.1, min_span_s=0.5)
         self._parkings: list[Parking] = []
         self._parking_failed = False  # a parking did not hold: park no more
         self.observers: list[FlowObserver] = [self.timings, *observers]
@@ -332,7 +332,7 @@ class DownloadEngine:
             return [f.id for f in self.flows.values() if f.alive and f.lane is not None]
 
     def aggregate_bps(self) -> float | None:
-        """All flows together, bits/s over the last half second."""
+        """All flows together, bits/s over the last two seconds."""
         r = self._aggregate.rate(self._clock())
         return None if r is None else r * 8
 
@@ -347,20 +347,17 @@ class DownloadEngine:
         """Paper 001 Shared-Con-Algo lines 16-21: close these connections and open
         as many to backup (passive) mirrors; remainders move to the pool.
 
-        For congestion, a flow is only dropped when a backup takes its place: behind a
-        truly shared link the kept flow takes up the bandwidth anyway, so dropping
-        without a replacement gains nothing, while a wrong verdict would throw away a
-        healthy mirror. Nor is one dropped for a backup while the flows together fill the
-        client's access link: that link is shared by every path, a backup's
-        included; such a flow is parked (below), and not reported as congested
-        (its mirror's path is not to blame).
-        With no backup left, a flow is parked instead: its remainder goes to the
-        flows left, its connection idles, and it resumes if those flows then carry
-        clearly less than all did (the verdict was wrong) or if one of them fails.
-        Every cut throws away what the flow had in flight (FTP cannot bound a
-        transfer), and behind one congested link each flow more means more such
-        cuts (tail steals, slow-server moves) for no more bandwidth: measured
-        behind a 4 Mbit/s access link, 4 flows lost 7 % of it that way.
+        For congestion, a flow is replaced by a backup when one is left. Otherwise
+        it is parked (``_park``): its remainder goes to the flows left, its
+        connection idles, and it resumes if those then carry clearly less than all
+        did (the verdict was wrong) or if a working flow fails. While the flows
+        together fill the client's access link, that link is the shared one: every
+        path crosses it, a backup's too, so the flow is parked without a backup and
+        not reported as congested (its mirror's path is not to blame).
+        Why park rather than keep: every cut throws away what a flow had in flight
+        (FTP cannot bound a transfer), and behind one congested link each flow more
+        means more cuts (tail steals, slow-server moves) for no more bandwidth;
+        behind a 4 Mbit/s access link 4 flows lost 7 % of it that way.
         Returns the flows actually dropped or parked."""
         dropped: list[str] = []
         if reason == "congested" and self.access_saturated():
@@ -412,11 +409,10 @@ class DownloadEngine:
             f for f in self.flows.values()
             if f.alive and not f.cancel.is_set() and not f.parked and f is not flow
         ]
-        # Rates over seconds, not the half-second meter: flows behind a loss-based
-        # bottleneck and rate-limited servers deliver in bursts.
-        before = self._aggregate_long.rate(now)
+        before = self._aggregate.rate(now)
         if self._parking_failed or not working or not before or flow.parked:
-            self._log(f"{flow.id}: {why}; kept (no backup mirror left)")
+            self._log(f"{flow.id}: {why}; kept (no backup in its place, and parking it is "
+                      "not safe: no other flow, no rate yet, or a parking did not hold)")
             return False
         flow.parked = True
         flow.stats.state = "parked"
@@ -460,7 +456,7 @@ class DownloadEngine:
             if now - p.at < self.cfg.park_probation_s:
                 continue
             self._parkings.remove(p)
-            agg = self._aggregate_long.rate(now) or 0.0
+            agg = self._aggregate.rate(now) or 0.0
             if agg >= self.cfg.park_hold * p.aggregate_before:
                 continue
             self._parking_failed = True
@@ -868,7 +864,6 @@ class DownloadEngine:
                     self._lock.notify_all()
         flow.rate.add(m, now)
         self._aggregate.add(m, now)
-        self._aggregate_long.add(m, now)
         for obs in self.observers:
             try:
                 obs.on_receive(flow.id, arrival_ns, len(data))

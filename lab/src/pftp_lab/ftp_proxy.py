@@ -188,17 +188,32 @@ class FtpDelayProxy:
     async def _control_client(
         self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter
     ) -> None:
+        await self._relay(
+            c_reader, c_writer, self.upstream,
+            lambda src, out: self._pump_lines(src, out, self._on_command),
+            lambda src, out: self._pump_lines(src, out, self._on_reply),
+        )
+
+    async def _relay(
+        self,
+        c_reader: asyncio.StreamReader,
+        c_writer: asyncio.StreamWriter,
+        upstream: tuple[str, int],
+        to_server_pump: Callable[[asyncio.StreamReader, _DelayedWriter], Awaitable[None]],
+        to_client_pump: Callable[[asyncio.StreamReader, _DelayedWriter], Awaitable[None]],
+    ) -> None:
+        """Connect to ``upstream`` and pump both ways, each direction delayed."""
         self._writers.add(c_writer)
         try:
-            s_reader, s_writer = await self._connect_upstream(*self.upstream)
+            s_reader, s_writer = await self._connect_upstream(*upstream)
         except OSError:
             _reset(c_writer)
             return
         to_server = _DelayedWriter(s_writer, self.delay)
         to_client = _DelayedWriter(c_writer, self.delay)
         await _until_done(
-            self._pump_lines(c_reader, to_server, self._on_command),
-            self._pump_lines(s_reader, to_client, self._on_reply),
+            to_server_pump(c_reader, to_server),
+            to_client_pump(s_reader, to_client),
             to_server.task,
             to_client.task,
         )
@@ -250,20 +265,8 @@ class FtpDelayProxy:
             done.set()
             server.close()
             self.data_connections += 1
-            self._writers.add(c_writer)
-            try:
-                s_reader, s_writer = await self._connect_upstream(host, port)
-            except OSError:
-                _reset(c_writer)
-                return
-            to_server = _DelayedWriter(s_writer, self.delay)
-            to_client = _DelayedWriter(c_writer, self.delay)
-            await _until_done(
-                self._pump_chunks(c_reader, to_server),
-                self._pump_chunks(s_reader, to_client),
-                to_server.task,
-                to_client.task,
-            )
+            await self._relay(c_reader, c_writer, (host, port), self._pump_chunks,
+                              self._pump_chunks)
 
         server = await asyncio.start_server(relay, self.host, 0, limit=_CHUNK)
         self._servers.append(server)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 from pathlib import Path
 
 from .netns import LabError, find_tool
@@ -151,6 +152,39 @@ def pureftpd_argv(conf_dir: Path, root: Path, addr: str, port: int = 21) -> list
         "--pidfile", str(conf_dir / "pure-ftpd.pid"),
     ]
     return _with_anon_home(conf_dir, root, server)
+
+
+def pureftpd_user_argv(
+    binary: str, pure_pw: str, work: Path, root: Path, addr: str, port: int,
+    user: str, password: str, pasv: tuple[int, int], extra: list[str] | None = None,
+) -> list[str]:
+    """pure-ftpd with one virtual user chrooted to `root` (anonymous pure-ftpd needs
+    the system user `ftp`, which comes and goes with Debian's FTP packages). Writes
+    the password file and its database under `work`; needs openssl."""
+    # A cheap SHA-512 crypt hash (pure-pw's default argon2 costs seconds per login).
+    hashed = subprocess.run(
+        ["openssl", "passwd", "-6", "-stdin"],
+        input=password, capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    passwd = work / "pureftpd.passwd"
+    # Home ending in "/./" chroots the user there; uid/gid of nobody.
+    passwd.write_text(f"{user}:{hashed}:65534:65534::{root}/./::::::::::::\n")
+    pdb = work / "pureftpd.pdb"
+    subprocess.run([pure_pw, "mkdb", str(pdb), "-f", str(passwd)], check=True,
+                   capture_output=True)
+    return [
+        binary,
+        "-S", f"{addr},{port}",
+        "-l", f"puredb:{pdb}",
+        "-E",  # no anonymous logins
+        "-H",  # no reverse DNS
+        "-A",  # chroot everyone
+        "-p", f"{pasv[0]}:{pasv[1]}",
+        "-c", "100",
+        "-C", "100",
+        "-g", str(work / "pure-ftpd.pid"),
+        *(extra or []),
+    ]
 
 
 def nginx_argv(conf_dir: Path, root: Path, addr: str, port: int = 80) -> list[str]:

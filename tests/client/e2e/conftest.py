@@ -19,7 +19,6 @@ import http.server
 import json
 import os
 import re
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -305,14 +304,6 @@ def canned_coordinator(
         return rec
 
     return start
-
-
-@pytest.fixture
-def closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        port = s.getsockname()[1]
-    return f"http://{LOOPBACK}:{port}"
 
 
 @pytest.fixture

@@ -340,6 +340,18 @@ class DropAfter:
                 self.dropped = self.control.drop_flows([flow_id], reason="congested")
 
 
+def stand_in(cls, *args):
+    """A detector factory that builds one ``cls(control, *args)``, and the list
+    that will hold it."""
+    made: list = []
+
+    def factory(control, timings):
+        made.append(cls(control, *args))
+        return made[0]
+
+    return factory, made
+
+
 def test_congestion_hook_drops_flow_and_backup_takes_over(
     tmp_path, ftp_mirrors, canned_coordinator
 ):
@@ -348,11 +360,7 @@ def test_congestion_hook_drops_flow_and_backup_takes_over(
     coord = canned_coordinator(
         200, _answer(data, [m[0].url("f.bin"), m[1].url("f.bin")], backups=[m[2].url("f.bin")])
     )
-    made = []
-
-    def factory(control, timings):
-        made.append(DropAfter(control, "m1", 128 * 1024))
-        return made[0]
+    factory, made = stand_in(DropAfter, "m1", 128 * 1024)
 
     s = download(
         "f.bin",
@@ -397,11 +405,7 @@ def test_congestion_drop_without_a_backup_parks_the_flow(
     data = os.urandom(8 * 1024 * 1024 + 3)
     m = ftp_mirrors({"f.bin": data}, 2, throttle={0: 2048 * 1024, 1: 128 * 1024})
     coord = canned_coordinator(200, _answer(data, [m[0].url("f.bin"), m[1].url("f.bin")]))
-    made = []
-
-    def factory(control, timings):
-        made.append(DropLater(control, "m1", 0.5))
-        return made[0]
+    factory, made = stand_in(DropLater, "m1", 0.5)
 
     s = download(
         "f.bin",
@@ -428,11 +432,7 @@ def test_parked_flow_resumes_when_the_aggregate_falls(tmp_path, ftp_mirrors):
     parked one resumes and the download ends with both."""
     data = os.urandom(5 * 1024 * 1024 + 11)
     m = ftp_mirrors({"f.bin": data}, 2, throttle={0: 512 * 1024, 1: 512 * 1024})
-    made = []
-
-    def factory(control, timings):
-        made.append(DropLater(control, f"ftp://127.0.0.1:{m[1].port}", 1.0))
-        return made[0]
+    factory, made = stand_in(DropLater, f"ftp://127.0.0.1:{m[1].port}", 1.0)
 
     cfg = dataclasses.replace(FAST, park_probation_s=2.5)
     s = download(
@@ -461,11 +461,7 @@ def test_parked_flow_takes_over_when_the_other_fails(tmp_path, ftp_mirrors):
         {"f.bin": data}, 2, throttle={0: 1024 * 1024, 1: 512 * 1024},
         die_after={0: 2 * 1024 * 1024},
     )
-    made = []
-
-    def factory(control, timings):
-        made.append(DropLater(control, f"ftp://127.0.0.1:{m[1].port}", 0.5))
-        return made[0]
+    factory, made = stand_in(DropLater, f"ftp://127.0.0.1:{m[1].port}", 0.5)
 
     s = download(
         None,
@@ -495,11 +491,7 @@ def test_congestion_at_a_full_access_link_parks_without_a_backup(
     coord = canned_coordinator(
         200, _answer(data, [m[0].url("f.bin"), m[1].url("f.bin")], backups=[m[2].url("f.bin")])
     )
-    made = []
-
-    def factory(control, timings):
-        made.append(DropLater(control, "m1", 1.0))
-        return made[0]
+    factory, made = stand_in(DropLater, "m1", 1.0)
 
     s = download(
         "f.bin",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import random
+import functools
 import threading
 import time
 from pathlib import Path
@@ -21,44 +21,9 @@ from pftp_client.transports.base import (
 from pftp_client.transports.ftp import FtpFetcher
 from pyftpdlib.handlers import FTPHandler, ThrottledDTPHandler
 
-FTP_SERVERS = ["pyftpd_server", "vsftpd_server", "pureftpd_server"]
-SIZES = [0, 1, 7, 65_537, 3_000_017]
+from .helpers import SIZES, Collector, fetch, payload, with_test_timeouts
 
-
-def payload(size: int, seed: int = 1) -> bytes:
-    return random.Random(seed).randbytes(size)
-
-
-class Collector:
-    """A sink that checks offsets are contiguous and keeps the bytes."""
-
-    def __init__(self, start: int) -> None:
-        self.start = start
-        self.data = bytearray()
-        self.arrivals: list[int] = []
-
-    def __call__(self, offset: int, block: memoryview, arrival_ns: int) -> None:
-        assert offset == self.start + len(self.data), "sink called out of order"
-        self.data += block
-        self.arrivals.append(arrival_ns)
-
-
-def fetch(f: FtpFetcher, offset: int, end: int) -> bytes:
-    sink = Collector(offset)
-    n = f.fetch(offset, RangeEnd(end), sink, threading.Event())
-    assert n == len(sink.data)
-    return bytes(sink.data)
-
-
-def fetcher(url: str, **kw) -> FtpFetcher:
-    kw.setdefault("timeout", 20.0)
-    kw.setdefault("stall_timeout", 10.0)
-    return FtpFetcher(url, **kw)
-
-
-@pytest.fixture(params=FTP_SERVERS)
-def ftp_server(request):
-    return request.getfixturevalue(request.param)
+fetcher = functools.partial(with_test_timeouts, FtpFetcher)
 
 
 # ------------------------------------------------------------- correctness

@@ -9,6 +9,7 @@ time for servers that lose pipelined commands.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import threading
@@ -27,49 +28,15 @@ from pftp_client.transports.ftp import FtpFetcher
 from pftp_lab.ftp_proxy import FtpDelayProxy
 from pyftpdlib.handlers import FTPHandler
 
-FTP_SERVERS = ["pyftpd_server", "vsftpd_server", "pureftpd_server"]
+from .helpers import Collector, fetch, payload, with_test_timeouts
 
-
-def payload(size: int, seed: int) -> bytes:
-    return random.Random(seed).randbytes(size)
-
-
-class Collector:
-    """A sink that checks offsets are contiguous and keeps the bytes."""
-
-    def __init__(self, start: int) -> None:
-        self.start = start
-        self.data = bytearray()
-        self.flowing = threading.Event()
-
-    def __call__(self, offset: int, block: memoryview, _arrival_ns: int) -> None:
-        assert offset == self.start + len(self.data), "sink called out of order"
-        self.data += block
-        self.flowing.set()
+fetcher = functools.partial(with_test_timeouts, FtpFetcher)
 
 
 class SlowSink(Collector):
     def __call__(self, offset: int, block: memoryview, arrival_ns: int) -> None:
         super().__call__(offset, block, arrival_ns)
         time.sleep(0.003)
-
-
-def fetch(f: FtpFetcher, offset: int, end: int) -> bytes:
-    sink = Collector(offset)
-    n = f.fetch(offset, RangeEnd(end), sink, threading.Event())
-    assert n == len(sink.data)
-    return bytes(sink.data)
-
-
-def fetcher(url: str, **kw) -> FtpFetcher:
-    kw.setdefault("timeout", 20.0)
-    kw.setdefault("stall_timeout", 10.0)
-    return FtpFetcher(url, **kw)
-
-
-@pytest.fixture(params=FTP_SERVERS)
-def ftp_server(request):
-    return request.getfixturevalue(request.param)
 
 
 @pytest.fixture

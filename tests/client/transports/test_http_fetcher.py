@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import random
+import functools
 import ssl
 import threading
 
@@ -19,36 +19,9 @@ from pftp_client.transports.base import (
 )
 from pftp_client.transports.http import HttpFetcher, parse_content_range, status_error
 
-SIZES = [0, 1, 7, 65_537, 3_000_017]
+from .helpers import SIZES, Collector, fetch, payload, with_test_timeouts
 
-
-def payload(size: int, seed: int = 1) -> bytes:
-    return random.Random(seed).randbytes(size)
-
-
-class Collector:
-    def __init__(self, start: int) -> None:
-        self.start = start
-        self.data = bytearray()
-        self.flowing = threading.Event()
-
-    def __call__(self, offset: int, block: memoryview, arrival_ns: int) -> None:
-        assert offset == self.start + len(self.data), "sink called out of order"
-        assert arrival_ns > 0
-        self.data += block
-        self.flowing.set()
-
-
-def fetch(f: HttpFetcher, offset: int, end: int) -> bytes:
-    sink = Collector(offset)
-    assert f.fetch(offset, RangeEnd(end), sink, threading.Event()) == len(sink.data)
-    return bytes(sink.data)
-
-
-def fetcher(url: str, **kw) -> HttpFetcher:
-    kw.setdefault("timeout", 20.0)
-    kw.setdefault("stall_timeout", 10.0)
-    return HttpFetcher(url, **kw)
+fetcher = functools.partial(with_test_timeouts, HttpFetcher)
 
 
 @pytest.mark.parametrize("size", SIZES)

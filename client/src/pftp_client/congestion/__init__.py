@@ -10,8 +10,9 @@ client's start-up path.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pftp_client.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from pftp_client.congestion.detectors import DEFAULT_DETECTOR, DETECTORS
@@ -49,18 +50,9 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    mod = _WHERE.get(name)
-    if mod is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
-
+__getattr__, __dir__ = lazy_attributes(
+    __name__, {name: f"{__name__}.{mod}" for name, mod in _WHERE.items()}
+)
 
 __all__ = [
     "DEFAULT_DETECTOR",

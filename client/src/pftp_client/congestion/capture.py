@@ -21,12 +21,12 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from pftp_client.congestion.afpacket import ETH_P_ALL, afpacket_capture_available
 from pftp_client.congestion.timestamps import SCM_TIMESTAMPNS, SO_TIMESTAMPNS, TimestampSource
 
 if TYPE_CHECKING:
     import numpy as np
 
-ETH_P_ALL = 0x0003
 SO_ATTACH_FILTER = 26
 PACKET_OUTGOING = 4
 SNAPLEN = 128
@@ -146,15 +146,6 @@ def parse_tcp_segment(frame: bytes, wire_len: int) -> tuple[str, int, int, int] 
     sport, dport = struct.unpack_from("!HH", frame, tcp)
     doff = (frame[tcp + 12] >> 4) * 4
     return src, sport, dport, max(ip_payload - doff, 0)
-
-
-def afpacket_capture_available() -> bool:
-    try:
-        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-    except (PermissionError, OSError, AttributeError):
-        return False
-    s.close()
-    return True
 
 
 def scapy_capture_available() -> bool:

@@ -372,8 +372,12 @@ class FtpFetcher:
     def size(self) -> int | None:
         """``SIZE`` in binary mode; None when the server does not implement it.
         Raises PermanentError when the file does not exist (550)."""
+        return self._known_size()
+
+    def _known_size(self, *, passive: bool = False) -> int | None:
+        """``size()``; with ``passive`` the first SIZE brings a passive port along."""
         if not self._size_known:
-            self._size = self._with_reconnect(self._query_size)
+            self._size = self._with_reconnect(lambda c: self._query_size(c, passive=passive))
             self._size_known = True
         return self._size
 
@@ -926,10 +930,7 @@ class FtpFetcher:
             raise RangeNotHonoured(f"{self._where()}: server ignores REST")
         if self._rest_honoured or not self.verify_rest:
             return
-        if not self._size_known:
-            self._size = self._with_reconnect(lambda c: self._query_size(c, passive=True))
-            self._size_known = True
-        size = self._size
+        size = self._known_size(passive=True)
         if size is not None:
             if size < 2:
                 self._rest_honoured = True  # no offset > 0 can be inside the file

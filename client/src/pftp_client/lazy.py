@@ -1,0 +1,31 @@
+"""Module attributes imported on first use (PEP 562), for start-up time: the CLI
+reaches its first connect before the engine, hashing and detector modules load."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from importlib import import_module
+from typing import Any
+
+
+def lazy_attributes(
+    module: str, where: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``__getattr__, __dir__ = lazy_attributes(__name__, {name: module, ...})``.
+
+    ``where`` maps each public name to the module that defines it; a name is
+    imported on its first use and then kept in the module's globals."""
+    namespace = import_module(module).__dict__
+
+    def __getattr__(name: str) -> Any:
+        source = where.get(name)
+        if source is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        value = getattr(import_module(source), name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*namespace, *where})
+
+    return __getattr__, __dir__
