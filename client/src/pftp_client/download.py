@@ -110,7 +110,7 @@ def _load_run_modules() -> None:
 
 
 class _CaptureCheck:
-    """congestion.afpacket.afpacket_capture_available in a thread started before
+    """afpacket.afpacket_capture_available in a thread started before
     the first connect; ``result()`` waits for the answer, not for the close."""
 
     def __init__(self) -> None:
@@ -119,7 +119,7 @@ class _CaptureCheck:
         threading.Thread(target=self._run, name="pftp-capture-check", daemon=True).start()
 
     def _run(self) -> None:
-        from pftp_client.congestion.afpacket import afpacket_capture_available
+        from pftp_client.afpacket import afpacket_capture_available
 
         try:
             afpacket_capture_available(on_known=self._answer)

@@ -401,7 +401,9 @@ def test_congestion_drop_without_a_backup_parks_the_flow(
 ):
     """With no backup to take its place, a flow named by the detector is parked: its
     remainder goes to the flow left (here the faster one, so the aggregate holds and
-    it stays parked); the mirror is reported congested and in state "parked"."""
+    it stays parked); the mirror is reported congested and in state "parked".
+    (park_hold 0.4: throttled pyftpdlib sends once a second, so a 2 s window holds
+    two or three of its bursts and the aggregate it sees swings by a third.)"""
     data = os.urandom(8 * 1024 * 1024 + 3)
     m = ftp_mirrors({"f.bin": data}, 2, throttle={0: 2048 * 1024, 1: 128 * 1024})
     coord = canned_coordinator(200, _answer(data, [m[0].url("f.bin"), m[1].url("f.bin")]))
@@ -411,7 +413,7 @@ def test_congestion_drop_without_a_backup_parks_the_flow(
         "f.bin",
         coordinator=coord.url,
         output=tmp_path / "f.bin",
-        config=FAST,
+        config=dataclasses.replace(FAST, park_hold=0.4),
         access_bandwidth_bps=None,
         detector_factory=factory,
     )
@@ -427,11 +429,12 @@ def test_congestion_drop_without_a_backup_parks_the_flow(
 
 
 def test_parked_flow_resumes_when_the_aggregate_falls(tmp_path, ftp_mirrors):
-    """A wrong shared-link verdict: two independent mirrors of equal speed, one parked.
-    The flow left carries about half of what both did, so after the probation the
-    parked one resumes and the download ends with both."""
+    """A wrong shared-link verdict: two independent mirrors, the faster one parked.
+    The flow left carries about a fifth of what both did (well below the 80 % the
+    probation asks for, however pyftpdlib's once-a-second bursts fall in the 2 s
+    window), so after the probation the parked one resumes and helps to the end."""
     data = os.urandom(5 * 1024 * 1024 + 11)
-    m = ftp_mirrors({"f.bin": data}, 2, throttle={0: 512 * 1024, 1: 512 * 1024})
+    m = ftp_mirrors({"f.bin": data}, 2, throttle={0: 256 * 1024, 1: 1024 * 1024})
     factory, made = stand_in(DropLater, f"ftp://127.0.0.1:{m[1].port}", 1.0)
 
     cfg = dataclasses.replace(FAST, park_probation_s=2.5)
@@ -497,7 +500,7 @@ def test_congestion_at_a_full_access_link_parks_without_a_backup(
         "f.bin",
         coordinator=coord.url,
         output=tmp_path / "f.bin",
-        config=FAST,
+        config=dataclasses.replace(FAST, park_hold=0.4),  # burst swing: see the parks test
         access_bandwidth_bps=1000,
         detector_factory=factory,
     )

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from pftp_client.congestion.afpacket import ETH_P_ALL, afpacket_capture_available
+from pftp_client.afpacket import ETH_P_ALL, afpacket_capture_available
 from pftp_client.congestion.timestamps import SCM_TIMESTAMPNS, SO_TIMESTAMPNS, TimestampSource
 
 if TYPE_CHECKING:
