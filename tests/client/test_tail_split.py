@@ -81,3 +81,29 @@ def test_rate_of_a_stalled_flow_falls_to_zero_within_the_window():
     assert m.rate(t + 3.5) == pytest.approx(0.0, abs=50_000)  # stalled: was ~460 kB/s (1/t)
     m.stop()
     assert m.rate(t + 10) == m.rate(t + 3.5)  # idle (between requests): frozen
+
+
+def test_steal_never_splits_below_what_the_server_is_already_sending():
+    """The victim's server may already be sending up to ``floor`` (its receive
+    window's right edge): a split below it would throw those bytes away, so
+    the split moves up to the floor, rounded to the split unit."""
+    size = 10 * MIB
+    grid = PieceGrid(size, 16 * KIB)
+    lane = dict(lane_id=1, reserved=size - 1 * MIB, end=size, rate=1_000_000.0)
+    free = plan_tail_move(
+        [LaneView(**lane)], thief_rate=1_000_000.0, thief_latency_s=0.0, grid=grid,
+        duplicate_budget_left=0,
+    )
+    assert isinstance(free, Steal)
+    floor = free.split + 100_000  # the window reaches past the balanced split
+    held = plan_tail_move(
+        [LaneView(**lane, floor=floor)], thief_rate=1_000_000.0, thief_latency_s=0.0,
+        grid=grid, duplicate_budget_left=0,
+    )
+    assert isinstance(held, Steal)
+    assert held.split == grid.align_up(floor) > free.split
+    # a floor at the lane's end leaves nothing worth stealing
+    assert plan_tail_move(
+        [LaneView(**lane, floor=size)], thief_rate=1_000_000.0, thief_latency_s=0.0,
+        grid=grid, duplicate_budget_left=0,
+    ) is None

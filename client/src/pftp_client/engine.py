@@ -99,6 +99,10 @@ class EngineConfig:
     max_rounds: int = 8
     access_saturation: float = 0.7  # goodput under loss sits at 75-95 % of a full link
     detector_start_max_s: float = 1.0  # see _attach_detector
+    # A cut leaves a flow the bytes its server is already sending (_cut_floor)
+    # unless the flow has received nothing for this long (or two request
+    # latencies): it is then in loss recovery and those bytes are as good as lost.
+    stall_gap_s: float = 0.25
     # Flows found to share a congested link with no backup to take their place are
     # parked (see drop_flows); if the flows left then carry less than this share of
     # what all carried before, within park_probation_s, the parked ones resume.
@@ -147,6 +151,7 @@ class Flow:
     last_cut: float = -1e9
     replaced: bool = False  # a backup was started for this flow already
     parked: bool = False  # shares a congested link: takes no work, kept in reserve
+    last_data: float = -1e9  # clock of the last block received
 
     def rate_estimate(self, now: float) -> float | None:
         r = self.rate.rate(now)
@@ -416,8 +421,8 @@ class DownloadEngine:
             return False
         flow.parked = True
         flow.stats.state = "parked"
-        if flow.lane is not None:
-            flow.lane.end.lower_to(flow.lane.reserved)  # its thread gives the rest back
+        if flow.lane is not None:  # its thread gives the rest back
+            flow.lane.end.lower_to(self._cut_floor(flow.lane))
         for s, e in flow.initial:
             self.pool.add(s, e)
         flow.initial = RangeSet()
@@ -657,7 +662,8 @@ class DownloadEngine:
         now = self._clock()
         views = [
             LaneView(
-                ln.id, ln.reserved, ln.owned_end, ln.flow.rate_estimate(now), ln.shadow is not None
+                ln.id, ln.reserved, ln.owned_end, ln.flow.rate_estimate(now),
+                ln.shadow is not None, floor=self._cut_floor(ln),
             )
             for ln in self.lanes.values()
             if ln.kind == "normal"
@@ -795,6 +801,25 @@ class DownloadEngine:
                 return
         self._give_back(lane)
 
+    def _cut_floor(self, lane: Lane) -> int:
+        """Lock held: the lowest end a cut of ``lane`` should set. Below it, bytes
+        the server is already sending would be thrown away (FTP: the receive
+        window's right edge, transports/window.py); HTTP ranges say nothing."""
+        flow = lane.flow
+        if self._clock() - flow.last_data > self._stall_gap(flow):
+            return lane.reserved  # in loss recovery: what it had in flight is lost anyway
+        committed = getattr(flow.fetcher, "committed_end", None)
+        edge = committed() if committed is not None else None
+        if edge is None or lane.kind != "normal":
+            return lane.reserved
+        return max(lane.reserved, min(self.split_grid.align_up(edge), lane.owned_end))
+
+    def _stall_gap(self, flow: Flow) -> float:
+        """A flow silent for longer than this is stalled (retransmission timeout),
+        not just between two bursts of a window-limited path."""
+        rtt = flow.latency_s if flow.latency_s is not None else self.cfg.default_latency_s
+        return max(self.cfg.stall_gap_s, 2 * rtt)
+
     def _give_back(self, lane: Lane) -> None:
         self.lanes.pop(lane.id, None)
         if lane.reserved < lane.owned_end:
@@ -820,6 +845,7 @@ class DownloadEngine:
                         lat if flow.latency_s is None else 0.7 * flow.latency_s + 0.3 * lat
                     )
             flow.stats.received += n
+            flow.last_data = now
             if lane.kind == "duplicate" and lane.shadow_of is not None:
                 victim = lane.shadow_of
                 if offset + n <= victim.reserved:
@@ -1055,6 +1081,13 @@ class DownloadEngine:
                     return
                 now = self._clock()
                 self._check_parkings(now)
+                for f in self.flows.values():
+                    ln = f.lane
+                    if (f.parked and ln is not None and ln.reserved < ln.end.value
+                            and now - max(f.last_data, ln.requested_at or 0.0)
+                            > 4 * self._stall_gap(f)):
+                        # a parked flow stalled on the bytes it was left: give them up
+                        ln.end.lower_to(ln.reserved)
                 progress: list[FlowProgress] = []
                 current: dict[str, tuple[int, int, int]] = {}
                 for f in self.flows.values():
@@ -1083,7 +1116,9 @@ class DownloadEngine:
                         continue
                     if now - flow.last_cut < 3 * self.cfg.monitor_interval_s:
                         continue
-                    split = self.grid.align_up(lane.reserved + reduced_portion(remaining, verdict))
+                    split = self.grid.align_up(max(
+                        lane.reserved + reduced_portion(remaining, verdict), self._cut_floor(lane)
+                    ))
                     if split >= lane.owned_end:
                         continue
                     old_end = lane.owned_end

@@ -42,6 +42,8 @@ class LaneView:
     end: int
     rate: float | None  # bytes/s of the flow fetching it; None = not measured yet
     shadowed: bool = False  # a duplicate already races it
+    # No split below this: the server is already sending up to here (engine._cut_floor).
+    floor: int = 0
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ def plan_steal(
     if remaining <= 0:
         return None
     keep = victim_keeps(remaining, victim.rate, thief_rate, thief_latency_s)
-    split = grid.align_up(victim.reserved + max(1, keep))
+    split = grid.align_up(max(victim.reserved + max(1, keep), victim.floor))
     if split >= victim.end:
         return None
     if victim.rate is not None and thief_rate is not None and thief_rate > 0:
@@ -148,6 +150,7 @@ def plan_tail_move(
                 victim.end,
                 sum(known) / len(known),
                 victim.shadowed,
+                victim.floor,
             )
     steal = plan_steal(victim, thief_rate, thief_latency_s, grid)
     if steal is not None:

@@ -153,6 +153,42 @@ def test_end_lowered_while_throttled_server_still_sends(start_vsftpd) -> None:
         assert f.reconnects == 0
 
 
+def test_end_lowered_to_committed_end_keeps_every_byte_in_flight(start_vsftpd) -> None:
+    """A cut at ``committed_end`` (what the engine does when it parks or steals)
+    stops the transfer there: every byte the server was allowed to send is
+    delivered, in order, and the control connection carries the next range."""
+    server = start_vsftpd(anon_max_rate=1_000_000)
+    data = payload(4_000_000, seed=6)
+    server.put("big.bin", data)
+    with fetcher(server.url("big.bin"), bufsize=16_384) as f:
+        assert f.committed_end() is None  # no transfer yet
+        offset = 100_000
+        end = RangeEnd(len(data))
+        sink = Collector(offset)
+        result: dict[str, object] = {}
+
+        def run() -> None:
+            try:
+                result["n"] = f.fetch(offset, end, sink, threading.Event())
+            except TransferError as exc:
+                result["error"] = exc
+
+        t = threading.Thread(target=run)
+        t.start()
+        assert sink.flowing.wait(10)
+        edge = f.committed_end()
+        assert edge is not None
+        assert offset + len(sink.data) < edge < len(data)
+        end.lower_to(edge)
+        t.join(20)
+        assert not t.is_alive() and "error" not in result
+        assert result["n"] == edge - offset == len(sink.data)
+        assert bytes(sink.data) == data[offset:edge]
+        assert f.committed_end() is None  # the transfer is over
+        assert fetch(f, 10, 20) == data[10:20]
+        assert f.reconnects == 0
+
+
 def test_end_lowered_to_current_position_returns_at_once(pyftpd_server) -> None:
     data = payload(100_000)
     pyftpd_server.put("f.bin", data)

@@ -53,6 +53,7 @@ from pftp_client.transports.base import (
     TransferError,
     TransientError,
 )
+from pftp_client.transports.window import WindowBound, committed_bytes
 
 __all__ = ["FtpFetcher", "FtpReply", "FtpTarget", "ftp_target", "parse_epsv", "parse_pasv"]
 
@@ -344,6 +345,11 @@ class FtpFetcher:
         self._ever_connected = False
         self._lock = threading.Lock()
         self.reconnects = 0  # control connections opened after the first; for reports/tests
+        # The transfer in progress, for committed_end (read from other threads).
+        self._active: tuple[socket.socket, int] | None = None  # (data socket, its offset)
+        self._recv_pos = 0
+        # Bound each transfer at the receive window (window.py); off: stop by abort only.
+        self.bound_window = True
         # When True, arrival_ns passed to the sink is the kernel's receive time of
         # the data (SO_TIMESTAMPNS, converted to the time.monotonic_ns() scale)
         # instead of the clock read after the receive: the shared-congestion
@@ -365,9 +371,22 @@ class FtpFetcher:
                 raise PermanentError(
                     f"{self._where()}: offset {offset} is beyond the file size {self._size}"
                 )
-        ctrl, data = self._with_reconnect(lambda c: self._start_retr(c, offset))
+        length = end.value - offset
+        ctrl, data = self._with_reconnect(lambda c: self._start_retr(c, offset, length))
         delivered, _eof = self._receive(ctrl, data, offset, end, sink, cancel)
         return delivered
+
+    def committed_end(self) -> int | None:
+        """The file offset up to which the server may already be sending in the
+        running transfer (see window.py): an end lowered to this or beyond
+        throws nothing away. None when no transfer is running. Thread-safe."""
+        active = self._active
+        if active is None:
+            return None
+        try:
+            return max(self._recv_pos, active[1]) + committed_bytes(active[0])
+        except (OSError, ValueError):  # closed under us: nothing more will come
+            return None
 
     def size(self) -> int | None:
         """``SIZE`` in binary mode; None when the server does not implement it.
@@ -645,10 +664,11 @@ class FtpFetcher:
             raise error_for_reply(f"{self._where()}: PASV", reply)
         return parse_pasv(reply.text)[1]
 
-    def _open_data(self, ctrl: _Control) -> tuple[socket.socket, bool]:
+    def _open_data(self, ctrl: _Control, length: int) -> tuple[socket.socket, bool]:
         """Start connecting the passive data connection (non-blocking; finished by
-        ``_finish_connect``). Returns the socket and whether its port was
-        obtained ahead of time (such a port may have gone stale)."""
+        ``_finish_connect``) for a range of ``length`` bytes. Returns the socket
+        and whether its port was obtained ahead of time (such a port may have
+        gone stale)."""
         port = ctrl.take_passive()
         ahead = port is not None
         while True:
@@ -656,6 +676,11 @@ class FtpFetcher:
                 port = self._passive_port(ctrl)
             peer = ctrl.sock.getpeername()
             data = socket.socket(ctrl.sock.family, socket.SOCK_STREAM)
+            if self.bound_window:
+                try:  # before connect: the first window is chosen then
+                    WindowBound.preconnect(data, length)
+                except OSError as exc:
+                    log.debug("%s: no TCP_WINDOW_CLAMP (%s)", self._where(), exc)
             if self.kernel_timestamps:
                 try:  # before connect: every segment of the transfer gets its time
                     data.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
@@ -699,7 +724,9 @@ class FtpFetcher:
         self._rest_honoured = False
         return RangeNotHonoured(f"{self._where()}: server refused REST {offset} ({reply})")
 
-    def _start_retr(self, ctrl: _Control, offset: int) -> tuple[_Control, socket.socket]:
+    def _start_retr(
+        self, ctrl: _Control, offset: int, length: int
+    ) -> tuple[_Control, socket.socket]:
         """Open the data connection, position it (REST, RFC 3659 section 5) and start RETR.
         REST goes right before RETR: RFC 959 says the restart marker must be
         immediately followed by the transfer command.
@@ -714,7 +741,7 @@ class FtpFetcher:
         and a started RETR is aborted like any early stop (``_abort``), so the
         control connection stays in step or is dropped.
         """
-        data, ahead = self._open_data(ctrl)
+        data, ahead = self._open_data(ctrl, length)
         try:
             if not self.pipeline:
                 return ctrl, self._start_retr_sync(ctrl, data, offset)
@@ -790,6 +817,9 @@ class FtpFetcher:
             # time.monotonic_ns(). One offset per transfer keeps each flow's times
             # on one scale (a clock step mid-transfer would shift them all alike).
             realtime_minus_mono = time.time_ns() - time.monotonic_ns()
+        bound = WindowBound(data) if self.bound_window else None
+        self._recv_pos = pos
+        self._active = (data, offset)
         try:
             while True:
                 if cancel.is_set() or self._closed:
@@ -827,11 +857,16 @@ class FtpFetcher:
                             arrival = min(arrival, sec * 1_000_000_000 + nsec - realtime_minus_mono)
                 got = end.deliver(sink, pos, view[:n], arrival)
                 pos += got
+                self._recv_pos = pos
                 if got < n:
                     break  # the end was lowered under us (or the server sends past the file size)
+                if bound is not None:
+                    bound.update(end.value - pos)
         except BaseException:
+            self._active = None
             self._abort(ctrl, data)
             raise
+        self._active = None
         if not eof:
             # An early stop between ranges: the flow normally asks for its next
             # range at once, so the passive port for it comes with the resync.
@@ -961,7 +996,7 @@ class FtpFetcher:
         def collect(_pos: int, block: memoryview, _t: int) -> None:
             got.extend(block)
 
-        ctrl, data = self._with_reconnect(lambda c: self._start_retr(c, offset))
+        ctrl, data = self._with_reconnect(lambda c: self._start_retr(c, offset, limit))
         # A short file ends before the limit: that is the answer we want.
         with contextlib.suppress(PrematureEnd):
             self._receive(ctrl, data, offset, RangeEnd(offset + limit), collect, cancel)
