@@ -660,10 +660,11 @@ class DownloadEngine:
 
     def _plan_tail(self, flow: Flow) -> Steal | Duplicate | None:
         now = self._clock()
+        shared = self.access_saturated()
         views = [
             LaneView(
                 ln.id, ln.reserved, ln.owned_end, ln.flow.rate_estimate(now),
-                ln.shadow is not None, floor=self._cut_floor(ln),
+                ln.shadow is not None, floor=self._cut_floor(ln, shared),
             )
             for ln in self.lanes.values()
             if ln.kind == "normal"
@@ -801,15 +802,21 @@ class DownloadEngine:
                 return
         self._give_back(lane)
 
-    def _cut_floor(self, lane: Lane) -> int:
+    def _cut_floor(self, lane: Lane, shared: bool = True) -> int:
         """Lock held: the lowest end a cut of ``lane`` should set. Below it, bytes
-        the server is already sending would be thrown away (FTP: the receive
-        window's right edge, transports/window.py); HTTP ranges say nothing."""
+        the server is already sending would be thrown away (FTP: the kernel's
+        queue plus what is in flight, transports/window.py; HTTP says nothing).
+        That waste costs the others only on a link they share (``shared``: a
+        parked flow's, or any flow's while the flows fill the access link);
+        elsewhere it only delays the cut flow's own next request by about a
+        round trip, while keeping those bytes would hold back the balance of a
+        tail steal, so the cut stays where it was planned."""
         flow = lane.flow
-        if self._clock() - flow.last_data > self._stall_gap(flow):
+        now = self._clock()
+        if not shared or now - flow.last_data > self._stall_gap(flow):
             return lane.reserved  # in loss recovery: what it had in flight is lost anyway
         committed = getattr(flow.fetcher, "committed_end", None)
-        edge = committed() if committed is not None else None
+        edge = committed(flow.rate.rate(now)) if committed is not None else None
         if edge is None or lane.kind != "normal":
             return lane.reserved
         return max(lane.reserved, min(self.split_grid.align_up(edge), lane.owned_end))
@@ -1117,7 +1124,8 @@ class DownloadEngine:
                     if now - flow.last_cut < 3 * self.cfg.monitor_interval_s:
                         continue
                     split = self.grid.align_up(max(
-                        lane.reserved + reduced_portion(remaining, verdict), self._cut_floor(lane)
+                        lane.reserved + reduced_portion(remaining, verdict),
+                        self._cut_floor(lane, self.access_saturated()),
                     ))
                     if split >= lane.owned_end:
                         continue

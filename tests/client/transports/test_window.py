@@ -37,6 +37,8 @@ def test_queue_and_window_are_counted_as_committed(loaded_pair: socket.socket) -
     assert queued_bytes(loaded_pair) == SENT
     # the sender may still send the advertised window on top of what is queued
     assert committed_bytes(loaded_pair) >= SENT
+    # a known rate caps the in-flight part (once the kernel has an RTT), never the queue
+    assert SENT <= committed_bytes(loaded_pair, rate=1.0) <= committed_bytes(loaded_pair)
 
 
 def test_clamp_is_what_the_range_still_lacks_in_whole_segments(

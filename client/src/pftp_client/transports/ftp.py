@@ -376,15 +376,16 @@ class FtpFetcher:
         delivered, _eof = self._receive(ctrl, data, offset, end, sink, cancel)
         return delivered
 
-    def committed_end(self) -> int | None:
-        """The file offset up to which the server may already be sending in the
-        running transfer (see window.py): an end lowered to this or beyond
-        throws nothing away. None when no transfer is running. Thread-safe."""
+    def committed_end(self, rate: float | None = None) -> int | None:
+        """The file offset up to which the server is most likely sending already
+        in the running transfer (window.committed_bytes; ``rate`` in bytes/s):
+        an end lowered to this or beyond throws nothing away. None when no
+        transfer is running. Thread-safe."""
         active = self._active
         if active is None:
             return None
         try:
-            return max(self._recv_pos, active[1]) + committed_bytes(active[0])
+            return max(self._recv_pos, active[1]) + committed_bytes(active[0], rate)
         except (OSError, ValueError):  # closed under us: nothing more will come
             return None
 

@@ -19,8 +19,13 @@ arrives during one receive, plus one segment: the clamp is rounded up to whole
 segments so the sender is never held to a sliver (Nagle would then wait for
 an ACK).
 
-``committed_end`` answers the converse question for the engine: up to which
-offset may the server already send? A cut placed there or later wastes nothing.
+``committed_bytes`` answers the converse question for the engine: how far
+past what it has read is the server already sending? A cut placed there or
+later wastes nothing. The advertised window only bounds that: with receive
+autotuning it grows to megabytes on a path whose bottleneck queue inflates the
+round trip, while the sender has only about one round trip of its rate in
+flight. So the estimate is the kernel's queue plus the smaller of the window
+and rate x receive RTT (with a margin).
 """
 
 from __future__ import annotations
@@ -35,6 +40,10 @@ __all__ = ["WindowBound", "committed_bytes", "queued_bytes", "set_clamp"]
 _TCP_WINDOW_CLAMP = getattr(socket, "TCP_WINDOW_CLAMP", 10)
 # struct tcp_info: tcpi_rcv_wnd (Linux >= 6.2) follows tcpi_snd_wnd at offset 228.
 _TCPI_RCV_WND_OFFSET = 232
+_TCPI_RCV_RTT_OFFSET = 92  # microseconds, the receiver's own RTT estimate
+# In flight = rate x RTT when the sender is window- or cwnd-bound; the margin
+# covers a rate measured over a longer window than the last round trip.
+_IN_FLIGHT_MARGIN = 1.5
 _TCP_INFO_LEN = 240
 _FALLBACK_MSS = 1448
 _INT_MAX = (1 << 31) - 1
@@ -50,21 +59,29 @@ def set_clamp(sock: socket.socket, nbytes: int) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, _TCP_WINDOW_CLAMP, max(1, min(nbytes, _INT_MAX)))
 
 
-def _receive_window(sock: socket.socket) -> int:
-    """The window last advertised: ``tcpi_rcv_wnd`` where the kernel reports it,
-    otherwise the receive buffer's size (which bounds it)."""
+def _window_and_rtt(sock: socket.socket) -> tuple[int, float | None]:
+    """The window last advertised (``tcpi_rcv_wnd`` where the kernel reports it,
+    otherwise the receive buffer's size, which bounds it) and the receive RTT
+    in seconds (None before the kernel has measured one)."""
     info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
+    rtt_us = struct.unpack_from("I", info, _TCPI_RCV_RTT_OFFSET)[0] if len(info) >= 96 else 0
     if len(info) >= _TCPI_RCV_WND_OFFSET + 4:
-        return struct.unpack_from("I", info, _TCPI_RCV_WND_OFFSET)[0]
-    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        window = struct.unpack_from("I", info, _TCPI_RCV_WND_OFFSET)[0]
+    else:
+        window = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    return window, (rtt_us / 1e6 if rtt_us else None)
 
 
-def committed_bytes(sock: socket.socket) -> int:
-    """Bytes past what the application has read that the sender may already have
-    sent: those queued in the kernel plus the advertised window (an upper bound:
-    the window counts from the last window update, at or before the queue's end).
-    Raises OSError on a closed socket."""
-    return queued_bytes(sock) + _receive_window(sock)
+def committed_bytes(sock: socket.socket, rate: float | None = None) -> int:
+    """Bytes past what the application has read that the sender has most likely
+    sent already: those queued in the kernel plus what is in flight, that is the
+    advertised window, or, given the flow's ``rate`` (bytes/s) and a measured
+    RTT, rate x RTT with a margin when that is smaller. Raises OSError on a
+    closed socket."""
+    window, rtt = _window_and_rtt(sock)
+    if rate is not None and rate > 0 and rtt is not None:
+        window = min(window, int(rate * rtt * _IN_FLIGHT_MARGIN))
+    return queued_bytes(sock) + window
 
 
 class WindowBound:
