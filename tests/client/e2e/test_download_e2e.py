@@ -501,6 +501,54 @@ def test_congestion_at_a_full_access_link_parks_without_a_backup(
     assert not DownloadReport.model_validate(coord.reports[0]).mirrors[1].congested
 
 
+class NamesTwoAtOnce:
+    """A stand-in detector for a full access link: once the aggregate is measured
+    it names m1 and m2 together, then m2 again at m2's next receive."""
+
+    def __init__(self, control) -> None:
+        self.control, self.calls = control, []
+
+    def flow_started(self, flow_id, mirror):
+        pass
+
+    def flow_ended(self, flow_id):
+        pass
+
+    def on_receive(self, flow_id, arrival_ns, nbytes):
+        if self.control.aggregate_bps() is None:
+            return
+        if not self.calls:
+            self.calls.append(self.control.drop_flows(["m1", "m2"], reason="congested"))
+        elif len(self.calls) == 1 and flow_id == "m2":
+            self.calls.append(self.control.drop_flows(["m2"], reason="congested"))
+
+
+def test_access_link_parkings_go_one_at_a_time(tmp_path, ftp_mirrors, canned_coordinator):
+    """Behind a full access link the detector names pair after pair; whether the
+    flows left can carry a parked flow's share shows only afterwards, so one flow
+    is parked at a time and the next waits for its probation."""
+    data = os.urandom(6 * 1024 * 1024 + 7)
+    m = ftp_mirrors({"f.bin": data}, 3, throttle={0: 1024 * 1024, 1: 256 * 1024, 2: 256 * 1024})
+    coord = canned_coordinator(
+        200, _answer(data, [m[0].url("f.bin"), m[1].url("f.bin"), m[2].url("f.bin")])
+    )
+    factory, made = stand_in(NamesTwoAtOnce)
+
+    s = download(
+        "f.bin",
+        coordinator=coord.url,
+        output=tmp_path / "f.bin",
+        config=dataclasses.replace(FAST, park_hold=0.4),
+        access_bandwidth_bps=1000,
+        detector_factory=factory,
+    )
+    _assert_clean(tmp_path / "f.bin", data)
+    assert made[0].calls[0] == ["m1"], "one of the pair, not both"
+    assert made[0].calls[1] == [], "the next waits while the first is on probation"
+    by = {x.name: x for x in s.mirrors}
+    assert "parked" in by["m1"].events and "parked" not in by["m2"].events
+
+
 def test_real_servers_vsftpd_pureftpd_nginx(tmp_path, vsftpd_server, pureftpd_server, nginx_server):
     """The engine over the Debian servers (fixtures from tests/client/conftest.py),
     including an nginx location that ignores Range (answers 200)."""
