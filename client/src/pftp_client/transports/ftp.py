@@ -53,7 +53,7 @@ from pftp_client.transports.base import (
     TransferError,
     TransientError,
 )
-from pftp_client.transports.window import WindowBound, committed_bytes
+from pftp_client.transports.window import committed_bytes
 
 __all__ = ["FtpFetcher", "FtpReply", "FtpTarget", "ftp_target", "parse_epsv", "parse_pasv"]
 
@@ -348,8 +348,6 @@ class FtpFetcher:
         # The transfer in progress, for committed_end (read from other threads).
         self._active: tuple[socket.socket, int] | None = None  # (data socket, its offset)
         self._recv_pos = 0
-        # Bound each transfer at the receive window (window.py); off: stop by abort only.
-        self.bound_window = True
         # When True, arrival_ns passed to the sink is the kernel's receive time of
         # the data (SO_TIMESTAMPNS, converted to the time.monotonic_ns() scale)
         # instead of the clock read after the receive: the shared-congestion
@@ -371,8 +369,7 @@ class FtpFetcher:
                 raise PermanentError(
                     f"{self._where()}: offset {offset} is beyond the file size {self._size}"
                 )
-        length = end.value - offset
-        ctrl, data = self._with_reconnect(lambda c: self._start_retr(c, offset, length))
+        ctrl, data = self._with_reconnect(lambda c: self._start_retr(c, offset))
         delivered, _eof = self._receive(ctrl, data, offset, end, sink, cancel)
         return delivered
 
@@ -665,11 +662,10 @@ class FtpFetcher:
             raise error_for_reply(f"{self._where()}: PASV", reply)
         return parse_pasv(reply.text)[1]
 
-    def _open_data(self, ctrl: _Control, length: int) -> tuple[socket.socket, bool]:
+    def _open_data(self, ctrl: _Control) -> tuple[socket.socket, bool]:
         """Start connecting the passive data connection (non-blocking; finished by
-        ``_finish_connect``) for a range of ``length`` bytes. Returns the socket
-        and whether its port was obtained ahead of time (such a port may have
-        gone stale)."""
+        ``_finish_connect``). Returns the socket and whether its port was
+        obtained ahead of time (such a port may have gone stale)."""
         port = ctrl.take_passive()
         ahead = port is not None
         while True:
@@ -677,11 +673,6 @@ class FtpFetcher:
                 port = self._passive_port(ctrl)
             peer = ctrl.sock.getpeername()
             data = socket.socket(ctrl.sock.family, socket.SOCK_STREAM)
-            if self.bound_window:
-                try:  # before connect: the first window is chosen then
-                    WindowBound.preconnect(data, length)
-                except OSError as exc:
-                    log.debug("%s: no TCP_WINDOW_CLAMP (%s)", self._where(), exc)
             if self.kernel_timestamps:
                 try:  # before connect: every segment of the transfer gets its time
                     data.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
@@ -725,9 +716,7 @@ class FtpFetcher:
         self._rest_honoured = False
         return RangeNotHonoured(f"{self._where()}: server refused REST {offset} ({reply})")
 
-    def _start_retr(
-        self, ctrl: _Control, offset: int, length: int
-    ) -> tuple[_Control, socket.socket]:
+    def _start_retr(self, ctrl: _Control, offset: int) -> tuple[_Control, socket.socket]:
         """Open the data connection, position it (REST, RFC 3659 section 5) and start RETR.
         REST goes right before RETR: RFC 959 says the restart marker must be
         immediately followed by the transfer command.
@@ -742,7 +731,7 @@ class FtpFetcher:
         and a started RETR is aborted like any early stop (``_abort``), so the
         control connection stays in step or is dropped.
         """
-        data, ahead = self._open_data(ctrl, length)
+        data, ahead = self._open_data(ctrl)
         try:
             if not self.pipeline:
                 return ctrl, self._start_retr_sync(ctrl, data, offset)
@@ -818,7 +807,6 @@ class FtpFetcher:
             # time.monotonic_ns(). One offset per transfer keeps each flow's times
             # on one scale (a clock step mid-transfer would shift them all alike).
             realtime_minus_mono = time.time_ns() - time.monotonic_ns()
-        bound = WindowBound(data) if self.bound_window else None
         self._recv_pos = pos
         self._active = (data, offset)
         try:
@@ -861,8 +849,6 @@ class FtpFetcher:
                 self._recv_pos = pos
                 if got < n:
                     break  # the end was lowered under us (or the server sends past the file size)
-                if bound is not None:
-                    bound.update(end.value - pos)
         except BaseException:
             self._active = None
             self._abort(ctrl, data)
@@ -997,7 +983,7 @@ class FtpFetcher:
         def collect(_pos: int, block: memoryview, _t: int) -> None:
             got.extend(block)
 
-        ctrl, data = self._with_reconnect(lambda c: self._start_retr(c, offset, limit))
+        ctrl, data = self._with_reconnect(lambda c: self._start_retr(c, offset))
         # A short file ends before the limit: that is the answer we want.
         with contextlib.suppress(PrematureEnd):
             self._receive(ctrl, data, offset, RangeEnd(offset + limit), collect, cancel)
