@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -109,7 +110,12 @@ class SlowSink(Collector):
         time.sleep(self.delay)
 
 
-def lower_end_while_fetching(f: FtpFetcher, data: bytes, offset: int, margin: int) -> int:
+def lower_end_while_fetching(
+    f: FtpFetcher, data: bytes, offset: int, margin: int = 0,
+    cut: Callable[[int], int] | None = None,
+) -> int:
+    """Lower the end to ``margin`` bytes past the position reached once data
+    flows, or to ``cut(position)``; check the fetch stops exactly there."""
     end = RangeEnd(len(data))
     sink = SlowSink(offset)
     result: dict[str, object] = {}
@@ -123,7 +129,8 @@ def lower_end_while_fetching(f: FtpFetcher, data: bytes, offset: int, margin: in
     t = threading.Thread(target=run)
     t.start()
     assert sink.flowing.wait(30)
-    new_end = end.lower_to(offset + len(sink.data) + margin)
+    reached = offset + len(sink.data)
+    new_end = end.lower_to(cut(reached) if cut is not None else reached + margin)
     t.join(60)
     assert not t.is_alive()
     assert "error" not in result, result.get("error")
@@ -162,28 +169,13 @@ def test_end_lowered_to_committed_end_keeps_every_byte_in_flight(start_vsftpd) -
     server.put("big.bin", data)
     with fetcher(server.url("big.bin"), bufsize=16_384) as f:
         assert f.committed_end() is None  # no transfer yet
-        offset = 100_000
-        end = RangeEnd(len(data))
-        sink = Collector(offset)
-        result: dict[str, object] = {}
 
-        def run() -> None:
-            try:
-                result["n"] = f.fetch(offset, end, sink, threading.Event())
-            except TransferError as exc:
-                result["error"] = exc
+        def at_committed_end(reached: int) -> int:
+            edge = f.committed_end()
+            assert edge is not None and reached < edge < len(data)
+            return edge
 
-        t = threading.Thread(target=run)
-        t.start()
-        assert sink.flowing.wait(10)
-        edge = f.committed_end()
-        assert edge is not None
-        assert offset + len(sink.data) < edge < len(data)
-        end.lower_to(edge)
-        t.join(20)
-        assert not t.is_alive() and "error" not in result
-        assert result["n"] == edge - offset == len(sink.data)
-        assert bytes(sink.data) == data[offset:edge]
+        lower_end_while_fetching(f, data, 100_000, cut=at_committed_end)
         assert f.committed_end() is None  # the transfer is over
         assert fetch(f, 10, 20) == data[10:20]
         assert f.reconnects == 0
