@@ -416,6 +416,21 @@ def test_congestion_drop_without_a_backup_parks_the_flow(
     assert DownloadReport.model_validate(coord.reports[0]).mirrors[1].congested
 
 
+def _second_mirror_named(tmp_path, m, config):
+    """Mirror-only download of f.bin from ``m`` with no backup, where the stand-in
+    detector names the second mirror's flow once the aggregate is measured."""
+    factory, made = stand_in(DropAfter, f"ftp://127.0.0.1:{m[1].port}", 1, True)
+    s = download(
+        None,
+        mirrors=[x.url("f.bin") for x in m],
+        output=tmp_path / "f.bin",
+        config=config,
+        access_bandwidth_bps=None,
+        detector_factory=factory,
+    )
+    return s, made
+
+
 def test_parked_flow_resumes_when_the_aggregate_falls(tmp_path, ftp_mirrors):
     """A wrong shared-link verdict: two independent mirrors, the faster one parked.
     The flow left carries about a fifth of what both did (well below the 80 % the
@@ -423,16 +438,8 @@ def test_parked_flow_resumes_when_the_aggregate_falls(tmp_path, ftp_mirrors):
     window), so after the probation the parked one resumes and helps to the end."""
     data = os.urandom(5 * 1024 * 1024 + 11)
     m = ftp_mirrors({"f.bin": data}, 2, throttle={0: 256 * 1024, 1: 1024 * 1024})
-    factory, made = stand_in(DropAfter, f"ftp://127.0.0.1:{m[1].port}", 1, True)
-
-    cfg = dataclasses.replace(FAST, park_probation_s=2.5)
-    s = download(
-        None,
-        mirrors=[x.url("f.bin") for x in m],
-        output=tmp_path / "f.bin",
-        config=cfg,
-        access_bandwidth_bps=None,
-        detector_factory=factory,
+    s, made = _second_mirror_named(
+        tmp_path, m, dataclasses.replace(FAST, park_probation_s=2.5)
     )
     _assert_clean(tmp_path / "f.bin", data)
     assert made[0].dropped, "the verdict was not acted on"
@@ -452,16 +459,7 @@ def test_parked_flow_takes_over_when_the_other_fails(tmp_path, ftp_mirrors):
         {"f.bin": data}, 2, throttle={0: 1024 * 1024, 1: 512 * 1024},
         die_after={0: 2 * 1024 * 1024},
     )
-    factory, made = stand_in(DropAfter, f"ftp://127.0.0.1:{m[1].port}", 1, True)
-
-    s = download(
-        None,
-        mirrors=[x.url("f.bin") for x in m],
-        output=tmp_path / "f.bin",
-        config=FAST,
-        access_bandwidth_bps=None,
-        detector_factory=factory,
-    )
+    s, made = _second_mirror_named(tmp_path, m, FAST)
     _assert_clean(tmp_path / "f.bin", data)
     parked = made[0].dropped[0]
     kinds = [(e.kind, e.mirror) for e in s.events]

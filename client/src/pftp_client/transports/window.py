@@ -47,7 +47,9 @@ def _window_and_rtt(sock: socket.socket) -> tuple[int, float | None]:
     otherwise the receive buffer's size, which bounds it) and the receive RTT
     in seconds (None before the kernel has measured one)."""
     info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
-    rtt_us = struct.unpack_from("I", info, _TCPI_RCV_RTT_OFFSET)[0] if len(info) >= 96 else 0
+    rtt_us = 0
+    if len(info) >= _TCPI_RCV_RTT_OFFSET + 4:
+        rtt_us = struct.unpack_from("I", info, _TCPI_RCV_RTT_OFFSET)[0]
     if len(info) >= _TCPI_RCV_WND_OFFSET + 4:
         window = struct.unpack_from("I", info, _TCPI_RCV_WND_OFFSET)[0]
     else:
