@@ -834,13 +834,13 @@ class DownloadEngine:
         tail steal, so the cut stays where it was planned."""
         flow = lane.flow
         now = self._clock()
-        if not shared:
+        if not shared or lane.kind != "normal":
             return lane.reserved
         if now - flow.last_data > self._stall_gap(flow):
             return lane.reserved  # in loss recovery: what it had in flight is lost anyway
         committed = getattr(flow.fetcher, "committed_end", None)
         edge = committed(flow.rate.rate(now)) if committed is not None else None
-        if edge is None or lane.kind != "normal":
+        if edge is None:
             return lane.reserved
         return max(lane.reserved, min(self.split_grid.align_up(edge), lane.owned_end))
 

@@ -850,10 +850,10 @@ class FtpFetcher:
                 if got < n:
                     break  # the end was lowered under us (or the server sends past the file size)
         except BaseException:
-            self._active = None
             self._abort(ctrl, data)
             raise
-        self._active = None
+        finally:
+            self._active = None
         if not eof:
             # An early stop between ranges: the flow normally asks for its next
             # range at once, so the passive port for it comes with the resync.
