@@ -5,7 +5,9 @@ request, and writes every block at its offset into the part file. Lanes change
 while they run, always by lowering their ``RangeEnd`` (transports/base.py):
 
 * start: coordinated mode gives each active mirror its portion (paper 001);
-  dynamic mode splits the file in equal lanes, one per mirror (paper 000, III);
+  dynamic mode splits the file in equal lanes, one per mirror (paper 000, III),
+  except when the access bandwidth is configured: one flow then leads alone and
+  the others stand by until it shows it cannot fill the access link (lead.py);
 * tail: a flow that runs out of work takes the end of the lane expected to
   finish last (tail.py), so no connection idles while another has far to go;
 * slow server: the monitor cuts a flow that lags the mean (slow_server.py) and
@@ -40,6 +42,7 @@ from typing import Literal
 
 from pftp_client.flow_observer import DetectorFactory, FlowObserver, FlowTimings
 from pftp_client.integrity import sha256_of_buffer, sha256_of_range
+from pftp_client.lead import LeadSettings, judge_start, judge_steady
 from pftp_client.part_file import PartFile
 from pftp_client.pieces import PieceGrid, split_unit
 from pftp_client.plan import MirrorSource, Plan
@@ -111,6 +114,10 @@ class EngineConfig:
     # least 0.5 s after the parking: the cut's bytes in flight are thrown away and
     # the flows left need a moment to take the freed bandwidth.
     park_probation_s: float = 2.5
+    # Dynamic mode with access_bps known: one flow over the whole file first, the
+    # others connected and standing by until it shows it cannot fill the link.
+    lead_start: bool = True
+    lead: LeadSettings = field(default_factory=LeadSettings)
 
 
 LaneKind = Literal["normal", "duplicate", "repair"]
@@ -151,6 +158,7 @@ class Flow:
     last_cut: float = -1e9
     replaced: bool = False  # a backup was started for this flow already
     parked: bool = False  # shares a congested link: takes no work, kept in reserve
+    standby: bool = False  # connected, waiting while a leading flow fills the access link
     last_data: float = -1e9  # clock of the last block received
 
     def rate_estimate(self, now: float) -> float | None:
@@ -236,6 +244,13 @@ class DownloadEngine:
         self._aggregate = RateMeter(window_s=2.0, step_s=0.1, min_span_s=0.5)
         self._parkings: list[Parking] = []
         self._parking_failed = False  # a parking did not hold: park no more
+        # One flow first (lead.py): "probing" until judged, "full" while it fills the
+        # access link by itself, "off" once everyone works (or lead start is not used).
+        self._lead_phase: Literal["off", "probing", "full"] = "off"
+        self._lead_name: str | None = None
+        self._lead_samples: list[tuple[float, int]] = []  # (clock, bytes) of the leader
+        self._lead_low_rounds = 0
+        self._lead_since = self._t0
         self.observers: list[FlowObserver] = [self.timings, *observers]
         self.duplicate_bytes = 0
         self.refetched_bytes = 0
@@ -505,6 +520,15 @@ class DownloadEngine:
             }
             for p in self.plan.portions:
                 self._initial_for[p.mirror.name] = by_mirror[p.mirror.name]
+        elif self._lead_applies(todo):
+            lead = self.plan.active[0]
+            self._lead_name = lead.name
+            self._lead_phase = "probing"
+            self._lead_since = self._clock()
+            self._initial_for[lead.name] = todo.copy()
+            names = ", ".join(m.name for m in self.plan.active[1:])
+            self._log(f"{lead.name} leads alone at first; {names} stand by until it shows whether "
+                      f"it fills the {self.cfg.access_bps / 1e6:.2f} Mbit/s access link")
         else:
             groups = deal_in_rounds(
                 todo, max(1, len(self.plan.active)), self.cfg.round_block_bytes,
@@ -512,6 +536,116 @@ class DownloadEngine:
             )
             for src, g in zip(self.plan.active, groups, strict=True):
                 self._initial_for[src.name] = g
+
+    def _lead_applies(self, todo: RangeSet) -> bool:
+        return bool(
+            self.cfg.lead_start
+            and self.cfg.access_bps
+            and self.plan.mode == "dynamic"
+            and len(self.plan.active) > 1
+            and todo
+        )
+
+    @property
+    def _leader(self) -> Flow | None:
+        return self.flows.get(self._lead_name) if self._lead_name is not None else None
+
+    def _judge_lead(self, now: float) -> None:
+        """Lock held: while probing, has the leading flow shown whether it fills the
+        access link? In any phase: the standbys join at once if it stopped."""
+        if self._lead_phase == "off":
+            return
+        leader = self._leader
+        if leader is None:
+            return  # its thread is about to start
+        if not leader.alive or leader.cancel.is_set() or leader.consecutive_failures:
+            self._release_standbys(
+                f"{leader.id} stopped leading ({leader.stats.state})", leader_shares=False
+            )
+            return
+        if self._lead_phase == "full":
+            silent = now - leader.last_data
+            if leader.lane is not None and silent > self.cfg.lead.stall_s:
+                self._release_standbys(
+                    f"{leader.id} received nothing for {silent:.1f} s", leader_shares=False
+                )
+            return
+        lane = leader.lane
+        started = lane.requested_at if lane is not None else None
+        rtt = leader.latency_s if leader.latency_s is not None else self.cfg.default_latency_s
+        assert self.cfg.access_bps
+        verdict, why = judge_start(
+            self._lead_samples, started=started or self._lead_since, now=now, rtt_s=rtt,
+            access_Bps=self.cfg.access_bps / 8, s=self.cfg.lead,
+        )
+        if verdict == "full":
+            self._lead_phase = "full"
+            self._lead_samples = []
+            self._log(f"{leader.id}: {why}: the others stay in reserve")
+        elif verdict == "release":
+            self._release_standbys(why)
+
+    def _release_standbys(self, why: str, *, leader_shares: bool = True) -> None:
+        """Lock held: everyone works from now on. What the leader has not reached
+        yet is dealt evenly. With ``leader_shares``, the leader is one of the flows
+        it is dealt to and keeps its first block on its running request. Without
+        (it failed, stalled or fell behind), its request is cut as soon as that
+        wastes nothing and the standbys share the rest; it takes work again like
+        any flow once its request ends."""
+        self._lead_phase = "off"
+        self._lead_samples = []
+        leader = self._leader
+        standbys = [
+            f for f in self.flows.values() if f.standby and f.alive and not f.cancel.is_set()
+        ]
+        for f in self.flows.values():
+            f.standby = False
+        for f in standbys:
+            self._event("resumed", f, f"joins: {why}")
+        rest = RangeSet()
+        lane = leader.lane if leader is not None else None
+        leading = (
+            leader is not None and lane is not None and lane.kind == "normal"
+            and leader.alive and not leader.cancel.is_set() and not leader.consecutive_failures
+        )
+        cut: int | None = None
+        if leader is not None and lane is not None and lane.kind == "normal":
+            cut = max(lane.reserved, self._cut_floor(lane, self.access_saturated()))
+            cut = min(self.split_grid.align_up(cut), lane.owned_end)
+            if cut < lane.owned_end:
+                rest.add(cut, lane.owned_end)
+        for f in self.flows.values():
+            for s, e in f.initial:
+                rest.add(s, e)
+            f.initial = RangeSet()
+        for s, e in self.pool:
+            rest.add(s, e)
+        self.pool = RangeSet()
+        leading = leading and leader_shares
+        workers = ([leader] if leading and leader is not None else []) + standbys
+        if not workers:  # nobody left to deal to: the pool serves whoever comes
+            self.pool = rest
+            self._lock.notify_all()
+            return
+        groups = deal_in_rounds(
+            rest, len(workers), self.cfg.round_block_bytes, self.cfg.max_rounds
+        )
+        for f, g in zip(workers, groups, strict=True):
+            f.initial = g
+        if leading:
+            assert lane is not None and leader is not None
+            assert cut is not None
+            first = leader.initial.first()
+            new_end = cut
+            if first is not None and first[0] == cut:
+                leader.initial.remove(*first)  # keeps streaming: no new request
+                new_end = first[1]
+            lane.end.lower_to(new_end)
+            lane.owned_end = new_end
+        elif lane is not None and cut is not None and cut < lane.owned_end:
+            lane.end.lower_to(cut)
+            lane.owned_end = cut
+        self._lock.notify_all()
 
     def _start_flow(self, src: MirrorSource, role: Literal["active", "backup"]) -> Flow:
         stats = MirrorStats(name=src.name, url=src.url, role=role, state="connecting")
@@ -600,7 +734,9 @@ class DownloadEngine:
                 self._notify(obs, "flow_ended", flow.id)
             with self._lock:
                 flow.alive = False
-                if flow.stats.state not in ("failed", "corrupt", "congested", "dropped", "parked"):
+                if flow.stats.state not in (
+                "failed", "corrupt", "congested", "dropped", "parked", "standby"
+            ):
                     flow.stats.state = "done"
                 self._check_stuck()
                 self._lock.notify_all()
@@ -640,6 +776,16 @@ class DownloadEngine:
                         lane.shadow = None
                         self._repair_jobs[lane.id] = job
                         return lane
+                if self._lead_phase != "off" and flow.id != self._lead_name:
+                    if not flow.standby:
+                        flow.standby = True
+                        flow.stats.state = "standby"
+                    self._judge_lead(self._clock())
+                    if self._lead_phase != "off":
+                        if self._check_stuck():
+                            return None
+                        self._lock.wait(0.01 if self._lead_phase == "probing" else 0.25)
+                        continue
                 rng = flow.initial.pop_first() or self.pool.pop_first() or self._take_unstarted()
                 if rng is not None:
                     return self._new_lane(flow, "normal", *rng)
@@ -754,6 +900,8 @@ class DownloadEngine:
     def _on_failure(self, flow: Flow, error: TransferError) -> bool:
         """Caller holds the lock. True: retry on this mirror after a backoff."""
         flow.consecutive_failures += 1
+        if self._lead_phase != "off" and flow.id == self._lead_name:
+            self._release_standbys(f"{flow.id} failed: {error}")
         flow.stats.failures += 1
         if flow.fetcher is not None:
             fetcher, flow.fetcher = flow.fetcher, None
@@ -876,6 +1024,13 @@ class DownloadEngine:
                     )
             flow.stats.received += n
             flow.last_data = now
+            if (
+                self._lead_phase == "probing"
+                and flow.id == self._lead_name
+                and (not self._lead_samples or now - self._lead_samples[-1][0] >= 0.005)
+            ):
+                self._lead_samples.append((now, flow.stats.received))
+                self._judge_lead(now)
             if lane.kind == "duplicate" and lane.shadow_of is not None:
                 victim = lane.shadow_of
                 if offset + n <= victim.reserved:
@@ -1111,6 +1266,15 @@ class DownloadEngine:
                     return
                 now = self._clock()
                 self._check_parkings(now)
+                self._judge_lead(now)
+                if self._lead_phase == "full" and self.cfg.access_bps:
+                    verdict, self._lead_low_rounds, why = judge_steady(
+                        self._aggregate.rate(now), self.cfg.access_bps / 8,
+                        self._lead_low_rounds, self.cfg.lead,
+                    )
+                    if verdict != "wait":
+                        # "above": the leader is fine, the figure was wrong
+                        self._release_standbys(why, leader_shares=verdict == "above")
                 for f in self.flows.values():
                     ln = f.lane
                     if (f.parked and ln is not None and ln.reserved < ln.end.value

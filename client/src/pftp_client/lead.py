@@ -1,0 +1,150 @@
+"""One flow first when the client's own access link may be the bottleneck.
+
+Every lane that ends before the end of the file costs the bytes its server had
+already sent past that end: 20-80 KB behind a 4 Mbit/s link (notes/slow-access-gap.md).
+When the flows fill the access link, those bytes displace useful ones. Four flows
+over four equal parts give three such ends at the start, and each later steal adds
+one. A single flow to EOF (curl) has none.
+
+So when the access bandwidth is configured, a dynamic download starts with one
+flow over the whole file. The other mirrors are connected but stand by:
+
+- If the leading flow clearly falls short of the access link after a few round
+  trips, the others join at once with an even split of what is left.
+- If it fills the link, they stay in reserve. They step in if it fails, or if the
+  download later falls well below the access bandwidth, for example because the
+  mirror slowed down.
+
+This module only judges. The engine keeps the state and acts (engine.py, ``_judge_lead``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Verdict = Literal["wait", "full", "release"]
+# "fell": the download fell well below the link; "above": it runs well above the
+# configured figure, so that figure is wrong.
+SteadyVerdict = Literal["wait", "fell", "above"]
+
+
+@dataclass(frozen=True)
+class LeadSettings:
+    # The leading flow fills the link when it carries this share of it. Goodput on a
+    # full link runs at 0.9-0.97 of its rate (headers, loss recovery).
+    full: float = 0.8
+    # Below this share, more flows are needed. The check runs after a few round
+    # trips, when a flow in slow start may still be ramping up. A flow that is wrongly
+    # judged short only costs what the standbys would have saved.
+    short: float = 0.5
+    # The first check waits this many round trips after the first byte, and at least
+    # min_window_s. On a fast link this is all the extra delay before the others start.
+    window_rtts: float = 6.0
+    min_window_s: float = 0.01
+    # A flow that stalls is judged on what it carried before the stall, and only once
+    # this long has passed since its first byte.
+    stall_window_s: float = 0.1
+    # "Full" is judged on the last this long, so a server's or shaper's first burst
+    # does not pass for a full link.
+    full_window_s: float = 0.3
+    # No verdict by then (after the first byte): the others join.
+    max_wait_s: float = 2.0
+    # Once the link was full: after this many monitor rounds in a row with the
+    # aggregate below this share of the link, the standbys join.
+    release_below: float = 0.6
+    release_rounds: int = 2
+    # Once the link was full: a leader silent this long (loss recovery backing off)
+    # lets the others in at once.
+    stall_s: float = 1.0
+    # An aggregate this far above the configured figure means that figure is wrong,
+    # so the link is not the bottleneck and the standbys join.
+    above: float = 1.5
+
+
+def rate_between(samples: Sequence[tuple[float, int]], t0: float, t1: float) -> float | None:
+    """Bytes/s over [t0, t1] from (time, cumulative bytes) samples in time order:
+    from the last sample at or before t0 to the last one at or before t1."""
+    before = [s for s in samples if s[0] <= t0]
+    upto = [s for s in samples if s[0] <= t1]
+    if not before or not upto or upto[-1][0] <= before[-1][0]:
+        return None
+    a, b = before[-1], upto[-1]
+    return (b[1] - a[1]) / (b[0] - a[0])
+
+
+def judge_start(
+    samples: Sequence[tuple[float, int]],
+    *,
+    started: float,
+    now: float,
+    rtt_s: float,
+    access_Bps: float,
+    s: LeadSettings,
+) -> tuple[Verdict, str]:
+    """Does the leading flow fill the access link by itself?
+
+    ``samples`` are (time, bytes received so far) on the leading flow. The first
+    sample is its first arrival. ``started`` is when its request went out.
+    Returns the verdict and why, in words for the log.
+
+    A flow that stalls right after its first burst is not judged short. That stall
+    is slow start overshooting a small bottleneck queue, followed by loss
+    recovery (curl behind the lab's 4 Mbit/s link loses up to a second to it).
+    A stalled flow is judged on the rate it had while data came. A leader that
+    filled the link before its stall is left to recover (up to ``max_wait_s``). One
+    that was short of the link before it is released after ``stall_window_s``. So is
+    one that sent nothing after its first arrival."""
+    if not samples:
+        if now - started >= s.max_wait_s:
+            return "release", f"no data from the leading flow after {now - started:.2f} s"
+        return "wait", ""
+    first_t, first_b = samples[0]
+    last_t, last_b = samples[-1]
+    span = now - first_t
+    window = max(s.min_window_s, s.window_rtts * rtt_s)
+    if span < window:
+        return "wait", ""
+    link = f"the {access_Bps * 8 / 1e6:.2f} Mbit/s access link"
+    # Every byte so far, the first burst included, over the time since the first: a
+    # generous figure. Short even so: no need to wait for more arrivals.
+    generous = last_b / span
+    if generous < s.short * access_Bps:
+        return "release", (f"the leading flow carries at most {generous * 8 / 1e6:.2f} Mbit/s "
+                           f"of {link}")
+    flowing = (
+        now - last_t <= max(4 * rtt_s, s.min_window_s) and last_t - first_t >= s.min_window_s / 2
+    )
+    # What it carried while data came. The first arrival is left out: it may be a
+    # burst the server had queued.
+    carried = (last_b - first_b) / (last_t - first_t) if last_t > first_t else 0.0
+    if (flowing or span >= max(s.stall_window_s, window)) and carried < s.short * access_Bps:
+        return "release", f"the leading flow carries {carried * 8 / 1e6:.2f} Mbit/s of {link}"
+    if span < s.full_window_s:
+        return "wait", ""
+    recent = rate_between(samples, now - s.full_window_s, now) or 0.0
+    what = f"{recent * 8 / 1e6:.2f} Mbit/s of {link}"
+    if recent >= s.full * access_Bps:
+        return "full", f"the leading flow carries {what}"
+    if span >= s.max_wait_s:
+        return "release", f"the leading flow carries {what}"
+    return "wait", ""
+
+
+def judge_steady(
+    aggregate_Bps: float | None, access_Bps: float, low_rounds: int, s: LeadSettings
+) -> tuple[SteadyVerdict, int, str]:
+    """After the link was found full: (verdict, low rounds so far, why)."""
+    if aggregate_Bps is None:
+        return "wait", low_rounds, ""
+    what = (f"{aggregate_Bps * 8 / 1e6:.2f} Mbit/s on a {access_Bps * 8 / 1e6:.2f} Mbit/s "
+            "access link")
+    if aggregate_Bps > s.above * access_Bps:
+        return "above", 0, f"{what}: the link is faster than configured"
+    if aggregate_Bps >= s.release_below * access_Bps:
+        return "wait", 0, ""
+    low_rounds += 1
+    if low_rounds >= s.release_rounds:
+        return "fell", low_rounds, f"the leading flow fell to {what}"
+    return "wait", low_rounds, ""

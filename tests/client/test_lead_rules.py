@@ -1,0 +1,127 @@
+"""The lead-start verdicts (lead.py) on arrival series shaped like the ones the lab
+shows: a 4 Mbit/s access link filled by one flow (with the loss-recovery stall
+after slow start's first burst), a 20 Mbit/s mirror behind a 1 Gbit/s link, and a
+flow that never answers."""
+
+from __future__ import annotations
+
+import pytest
+from pftp_client.lead import LeadSettings, judge_start, judge_steady, rate_between
+
+S = LeadSettings()
+ACCESS_4M = 4e6 / 8
+RTT = 0.0015
+
+
+def series(t0: float, t1: float, rate_Bps: float, *, start_bytes: int = 0, step: float = 0.006,
+           t_first: float | None = None) -> list[tuple[float, int]]:
+    """(time, cumulative bytes) every ``step`` from t0 to t1 at a steady rate."""
+    out, t = [], t0
+    while t <= t1 + 1e-9:
+        out.append((round(t, 6), int(start_bytes + (t - t0) * rate_Bps)))
+        t += step
+    return out
+
+
+def test_rate_between_uses_the_samples_at_or_before_each_end():
+    s = [(0.0, 0), (1.0, 100), (2.0, 300)]
+    assert rate_between(s, 0.5, 2.0) == 150.0  # from the sample at 0.0
+    assert rate_between(s, 1.0, 2.0) == 200.0
+    assert rate_between(s, 2.0, 2.0) is None  # one sample: no rate
+    assert rate_between(s, -1.0, 2.0) is None  # nothing before the start
+
+
+def test_waits_for_a_few_round_trips_before_any_verdict():
+    s = series(0.0, 0.008, 100_000.0, step=0.002)  # far below the link, but only 8 ms old
+    assert judge_start(s, started=0.0, now=0.008, rtt_s=RTT, access_Bps=ACCESS_4M, s=S)[0] == "wait"
+    s = series(0.0, 0.014, 100_000.0, step=0.002)  # 5.6 round trips of 2.5 ms: not yet
+    assert judge_start(s, started=0.0, now=0.014, rtt_s=0.0025, access_Bps=ACCESS_4M,
+                       s=S)[0] == "wait"
+    s = series(0.0, 0.016, 100_000.0, step=0.002)  # 6.4 round trips: judged
+    assert judge_start(s, started=0.0, now=0.016, rtt_s=0.0025, access_Bps=ACCESS_4M,
+                       s=S)[0] == "release"
+
+
+def test_a_flow_far_below_a_fast_link_releases_the_others_at_once():
+    """20 Mbit/s behind a 1 Gbit/s link: the standbys join after ~20 ms, not 0.3 s."""
+    s = series(0.0, 0.024, 20e6 / 8, start_bytes=30_000)
+    verdict, why = judge_start(s, started=0.0, now=0.025, rtt_s=RTT, access_Bps=1e9 / 8, s=S)
+    assert verdict == "release"
+    assert "of the 1000.00 Mbit/s access link" in why
+
+
+def test_stall_after_the_first_burst_is_not_taken_for_a_short_flow():
+    """Slow start overshoots the link's queue, then loss recovery: no data for
+    150 ms. It carried the link's rate before, so it is not judged short; once data
+    flows at that rate again, it is full."""
+    burst = [(0.0, 28_960), (0.04, 50_680), (0.07, 65_536)]
+    now = 0.22  # stalled since 0.07
+    assert judge_start(burst, started=-0.002, now=now, rtt_s=RTT, access_Bps=ACCESS_4M,
+                       s=S)[0] == "wait"
+    s = burst + series(0.22, 0.62, 0.97 * ACCESS_4M, start_bytes=65_536)
+    verdict, why = judge_start(s, started=-0.002, now=0.62, rtt_s=RTT, access_Bps=ACCESS_4M, s=S)
+    assert verdict == "full", why
+
+
+def test_a_slow_leader_is_released_on_its_first_arrival():
+    """A 2 Mbit/s mirror behind a 40 Mbit/s link (paper 004 table 1's slowest; lab
+    trace, session 6): its first 14 KB, counted in full, are already far short of
+    the link once the window has passed, so the others join without waiting for the
+    second arrival 33 ms later."""
+    s = [(0.0049, 14_480)]
+    assert judge_start(s, started=0.003, now=0.012, rtt_s=RTT, access_Bps=40e6 / 8,
+                       s=S)[0] == "wait"  # within the first window
+    verdict, why = judge_start(s, started=0.003, now=0.016, rtt_s=RTT, access_Bps=40e6 / 8, s=S)
+    assert verdict == "release" and "at most 10.44 Mbit/s" in why
+
+
+def test_a_leader_short_after_its_burst_is_released_on_its_rate_while_flowing():
+    """Its burst made it look fast at first; once data has flowed for a while its
+    rate (the burst left out) shows it short."""
+    s = [(0.0, 200000), *series(0.01, 0.06, 10000000.0 / 8, start_bytes=200000, step=0.005)]
+    verdict, why = judge_start(s, started=0.0, now=0.06, rtt_s=RTT, access_Bps=40e6 / 8, s=S)
+    assert verdict == "release" and "carries 8.33 Mbit/s" in why, why  # 10 from 0.01 on
+
+
+def test_nothing_after_the_first_arrival_is_released_after_the_stall_window():
+    s = [(0.0, 28_960)]
+    assert judge_start(s, started=0.0, now=0.05, rtt_s=RTT, access_Bps=ACCESS_4M, s=S)[0] == "wait"
+    assert judge_start(s, started=0.0, now=0.1, rtt_s=RTT, access_Bps=ACCESS_4M,
+                       s=S)[0] == "release"
+
+
+def test_full_needs_the_last_window_at_the_link_rate_not_just_a_burst():
+    """A 2 Mbit/s mirror behind 4 Mbit/s: its first burst is fast, then it runs at
+    half the link. Never judged full; at max_wait the others join."""
+    s = [(0.0, 32000), *series(0.01, 0.5, 2000000.0 / 8, start_bytes=40000)]
+    assert judge_start(s, started=0.0, now=0.5, rtt_s=RTT, access_Bps=ACCESS_4M, s=S)[0] != "full"
+    s = [(0.0, 32000), *series(0.01, 2.0, 2200000.0 / 8, start_bytes=40000)]
+    assert judge_start(s, started=0.0, now=2.0, rtt_s=RTT, access_Bps=ACCESS_4M,
+                       s=S)[0] == "release"
+
+
+def test_no_data_at_all_releases_at_max_wait():
+    assert judge_start([], started=0.0, now=1.0, rtt_s=RTT, access_Bps=ACCESS_4M,
+                       s=S)[0] == "wait"
+    verdict, why = judge_start([], started=0.0, now=S.max_wait_s, rtt_s=RTT,
+                               access_Bps=ACCESS_4M, s=S)
+    assert verdict == "release" and "no data" in why
+
+
+@pytest.mark.parametrize(
+    ("share", "rounds_before", "verdict", "rounds_after"),
+    [
+        (0.95, 1, "wait", 0),  # full again: the count starts over
+        (0.5, 0, "wait", 1),  # low once: not yet
+        (0.5, 1, "fell", 2),  # low twice in a row
+        (1.6, 0, "above", 0),  # faster than configured: the figure is wrong
+    ],
+)
+def test_steady_state(share, rounds_before, verdict, rounds_after):
+    v, n, why = judge_steady(share * ACCESS_4M, ACCESS_4M, rounds_before, S)
+    assert (v, n) == (verdict, rounds_after)
+    assert (why != "") == (verdict != "wait")
+
+
+def test_steady_state_without_a_measured_aggregate_waits():
+    assert judge_steady(None, ACCESS_4M, 1, S) == ("wait", 1, "")
