@@ -65,14 +65,30 @@ def test_stall_after_the_first_burst_is_not_taken_for_a_short_flow():
 
 def test_a_slow_leader_is_released_on_its_first_arrival():
     """A 2 Mbit/s mirror behind a 40 Mbit/s link (paper 004 table 1's slowest; lab
-    trace, session 6): its first 14 KB, counted in full, are already far short of
-    the link once the window has passed, so the others join without waiting for the
-    second arrival 33 ms later."""
+    trace, session 6): 14 KB, then 33 ms (sometimes 80) of nothing. Counted in full,
+    those 14 KB are under a quarter of the link 15 ms after they came, so the others
+    join then instead of waiting for the second arrival. Each 10 ms of waiting
+    cost table 1 about 0.2 %."""
     s = [(0.0049, 14_480)]
-    assert judge_start(s, started=0.003, now=0.012, rtt_s=RTT, access_Bps=40e6 / 8,
-                       s=S)[0] == "wait"  # within the first window
-    verdict, why = judge_start(s, started=0.003, now=0.016, rtt_s=RTT, access_Bps=40e6 / 8, s=S)
-    assert verdict == "release" and "at most 10.44 Mbit/s" in why
+    assert judge_start(s, started=0.003, now=0.016, rtt_s=RTT, access_Bps=40e6 / 8,
+                       s=S)[0] == "wait"  # 10.4 Mbit/s: more than a quarter
+    verdict, why = judge_start(s, started=0.003, now=0.02, rtt_s=RTT, access_Bps=40e6 / 8, s=S)
+    assert verdict == "release" and "at most 7.67 Mbit/s" in why, why
+    s = [(0.0049, 14_480), (0.0379, 39_096)]  # second arrival: half the link is the limit
+    verdict, why = judge_start(s, started=0.003, now=0.039, rtt_s=RTT, access_Bps=40e6 / 8, s=S)
+    assert verdict == "release" and "at most 9.17 Mbit/s" in why, why
+
+
+def test_a_small_first_arrival_and_a_pause_are_not_taken_for_a_short_leader():
+    """Lab trace behind 4 Mbit/s (session 6): 7 KB at first, then 31 ms of nothing,
+    then the link's rate. Judged on the first arrival, it looked like 1.85 Mbit/s and
+    the standbys were let in for nothing."""
+    first = [(0.0029, 7_240)]
+    assert judge_start(first, started=0.0019, now=0.034, rtt_s=0.001, access_Bps=ACCESS_4M,
+                       s=S)[0] == "wait"
+    s = first + series(0.035, 0.4, 0.97 * ACCESS_4M, start_bytes=36_000)
+    assert judge_start(s, started=0.0019, now=0.4, rtt_s=0.001, access_Bps=ACCESS_4M,
+                       s=S)[0] == "full"
 
 
 def test_a_leader_short_after_its_burst_is_released_on_its_rate_while_flowing():

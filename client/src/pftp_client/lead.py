@@ -39,6 +39,7 @@ class LeadSettings:
     # trips, when a flow in slow start may still be ramping up. A flow that is wrongly
     # judged short only costs what the standbys would have saved.
     short: float = 0.5
+    far_short: float = 0.25  # for a verdict on the first arrival alone
     # The first check waits this many round trips after the first byte, and at least
     # min_window_s. On a fast link this is all the extra delay before the others start.
     window_rtts: float = 6.0
@@ -108,9 +109,12 @@ def judge_start(
         return "wait", ""
     link = f"the {access_Bps * 8 / 1e6:.2f} Mbit/s access link"
     # Every byte so far, the first burst included, over the time since the first: a
-    # generous figure. Short even so: no need to wait for more arrivals.
+    # generous figure. Short even so: no need to wait for data to flow. On the
+    # first arrival alone only when far short: it may be a few segments followed
+    # by a pause of tens of milliseconds (lab, 4 Mbit/s: 7 KB, then 31 ms of nothing).
     generous = last_b / span
-    if generous < s.short * access_Bps:
+    limit = s.short if len(samples) >= 2 else s.far_short
+    if generous < limit * access_Bps:
         return "release", (f"the leading flow carries at most {generous * 8 / 1e6:.2f} Mbit/s "
                            f"of {link}")
     flowing = (
