@@ -48,6 +48,7 @@ def finish(proc: subprocess.Popen[str], out: Path) -> dict[str, Any]:
     summary = json.loads(stdout)
     assert summary["sha256_verified"] and out.stat().st_size == SIZE
     print({m["name"]: (m["state"], m["bytes"], m["events"]) for m in summary["mirrors"]})
+    print([(e["at_s"], e["kind"], e["mirror"], e["detail"]) for e in summary["events"]][:6])
     return summary
 
 

@@ -251,6 +251,7 @@ class DownloadEngine:
         self._lead_samples: list[tuple[float, int]] = []  # (clock, bytes) of the leader
         self._lead_low_rounds = 0
         self._lead_since = self._t0
+        self._lead_lane = -1  # the leader's lane the samples are about
         self.observers: list[FlowObserver] = [self.timings, *observers]
         self.duplicate_bytes = 0
         self.refetched_bytes = 0
@@ -572,6 +573,7 @@ class DownloadEngine:
             return
         lane = leader.lane
         started = lane.requested_at if lane is not None else None
+        self._sample_lead(leader, lane, now)
         rtt = leader.latency_s if leader.latency_s is not None else self.cfg.default_latency_s
         assert self.cfg.access_bps
         verdict, why = judge_start(
@@ -584,6 +586,24 @@ class DownloadEngine:
             self._log(f"{leader.id}: {why}: the others stay in reserve")
         elif verdict == "release":
             self._release_standbys(why)
+
+    def _sample_lead(self, leader: Flow, lane: Lane | None, now: float) -> None:
+        """Lock held: note how far the leader's transfer has come, when it moved.
+        Called from its data path and from the standbys' waits (every 10 ms). The
+        kernel's count where the transport gives it: it does not lag when the
+        leader's thread waits for the CPU, which a verdict on a few arrivals
+        cannot tell from a stall."""
+        if lane is None or lane.requested_at is None:
+            return
+        if lane.id != self._lead_lane:  # a new request (resume: the next gap)
+            self._lead_lane = lane.id
+            self._lead_samples = []
+        arrived = getattr(leader.fetcher, "arrived_end", None)
+        pos = arrived() if arrived is not None else None
+        got = (pos - lane.start) if pos is not None else lane.reserved - lane.start
+        last = self._lead_samples[-1] if self._lead_samples else None
+        if got > 0 and (last is None or (got > last[1] and now - last[0] >= 0.005)):
+            self._lead_samples.append((now, got))
 
     def _release_standbys(self, why: str, *, leader_shares: bool = True) -> None:
         """Lock held: everyone works from now on. What the leader has not reached
@@ -1024,12 +1044,7 @@ class DownloadEngine:
                     )
             flow.stats.received += n
             flow.last_data = now
-            if (
-                self._lead_phase == "probing"
-                and flow.id == self._lead_name
-                and (not self._lead_samples or now - self._lead_samples[-1][0] >= 0.005)
-            ):
-                self._lead_samples.append((now, flow.stats.received))
+            if self._lead_phase == "probing" and flow.id == self._lead_name:
                 self._judge_lead(now)
             if lane.kind == "duplicate" and lane.shadow_of is not None:
                 victim = lane.shadow_of

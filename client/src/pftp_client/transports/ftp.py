@@ -53,7 +53,7 @@ from pftp_client.transports.base import (
     TransferError,
     TransientError,
 )
-from pftp_client.transports.window import committed_bytes
+from pftp_client.transports.window import committed_bytes, received_bytes
 
 __all__ = ["FtpFetcher", "FtpReply", "FtpTarget", "ftp_target", "parse_epsv", "parse_pasv"]
 
@@ -385,6 +385,19 @@ class FtpFetcher:
             return max(self._recv_pos, active[1]) + committed_bytes(active[0], rate)
         except (OSError, ValueError):  # closed under us: nothing more will come
             return None
+
+    def arrived_end(self) -> int | None:
+        """The file offset up to which the running transfer's bytes have reached
+        the kernel, read by us or not (window.received_bytes). None when no
+        transfer is running or the kernel does not say. Thread-safe."""
+        active = self._active
+        if active is None:
+            return None
+        try:
+            got = received_bytes(active[0])
+        except (OSError, ValueError):  # closed under us
+            return None
+        return None if got is None else active[1] + got
 
     def size(self) -> int | None:
         """``SIZE`` in binary mode; None when the server does not implement it.

@@ -25,11 +25,12 @@ import socket
 import struct
 import termios
 
-__all__ = ["committed_bytes", "queued_bytes"]
+__all__ = ["committed_bytes", "queued_bytes", "received_bytes"]
 
 # struct tcp_info: tcpi_rcv_rtt (microseconds, the receiver's own RTT estimate) and
 # tcpi_rcv_wnd (Linux >= 6.2, after tcpi_snd_wnd at offset 228).
 _TCPI_RCV_RTT_OFFSET = 92
+_TCPI_BYTES_RECEIVED_OFFSET = 128  # u64, Linux >= 4.1
 _TCPI_RCV_WND_OFFSET = 232
 _TCP_INFO_LEN = 240
 # In flight = rate x RTT when the sender is window- or cwnd-bound; the margin
@@ -40,6 +41,17 @@ _IN_FLIGHT_MARGIN = 1.5
 def queued_bytes(sock: socket.socket) -> int:
     """Bytes received in order by the kernel and not yet read (SIOCINQ)."""
     return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+def received_bytes(sock: socket.socket) -> int | None:
+    """Bytes the kernel has received in order on this connection, read or not
+    (``tcpi_bytes_received``); None where the kernel does not report it. Unlike
+    what the application has read, it does not lag when the reading thread waits
+    for the CPU. Raises OSError on a closed socket."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
+    if len(info) < _TCPI_BYTES_RECEIVED_OFFSET + 8:
+        return None
+    return int(struct.unpack_from("Q", info, _TCPI_BYTES_RECEIVED_OFFSET)[0])
 
 
 def _window_and_rtt(sock: socket.socket) -> tuple[int, float | None]:
