@@ -98,3 +98,13 @@ def test_not_enough_space_fails_at_the_start_with_a_clear_error(small_fs: Path) 
         PartFile(small_fs / "f.part", 100 << 20, reuse=False)
     assert "104857600 bytes needed" in str(err.value)
     assert not (small_fs / "f.part").exists()
+
+
+def test_flush_threshold_follows_the_file_size():
+    """An eighth of the file between 4 and 64 MiB: a 48 MiB download is flushed
+    along the way instead of all at the final fsync; a 4 GiB one every 64 MiB."""
+    from pftp_client.part_file import flush_every
+
+    assert flush_every(1 << 20) == 4 << 20
+    assert flush_every(48 << 20) == 6 << 20
+    assert flush_every(4 << 30) == 64 << 20

@@ -495,7 +495,7 @@ def _run_plan(
     from pftp_client.control_file import ControlState, ctl_path
     from pftp_client.engine import DownloadEngine
     from pftp_client.integrity import PrefixHasher, VerificationFailed, find_culprits_and_repair
-    from pftp_client.part_file import PartFile, part_path
+    from pftp_client.part_file import PartFile, flush_every, part_path
     from pftp_client.pieces import PieceGrid, choose_piece_size
     from pftp_client.ranges import RangeOwners, RangeSet
     from pftp_client.summary import DownloadSummary, MirrorEvent
@@ -531,7 +531,7 @@ def _run_plan(
     grid = PieceGrid(ident.size, piece_size)
     target.parent.mkdir(parents=True, exist_ok=True)
     part = PartFile(part_p, ident.size, reuse=resumed > 0)
-    part.start_flusher()
+    part.start_flusher(flush_every(ident.size))
     state = ControlState(
         ident.name, ident.size, ident.sha256, piece_size, urls, done, owners.runs()
     )
