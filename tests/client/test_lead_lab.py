@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +52,33 @@ def finish(proc: subprocess.Popen[str], out: Path) -> dict[str, Any]:
     return summary
 
 
+def joins(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The standbys' "resumed" events (a parked flow's resumption says otherwise)."""
+    return [e for e in summary["events"]
+            if e["kind"] == "resumed" and e["detail"].startswith("joins: ")]
+
+
 def by_mirror(summary: dict[str, Any], lab: Lab) -> list[dict[str, Any]]:
     """The summary's mirror entries in the lab's mirror order."""
     rows = {m["url"]: m for m in summary["mirrors"]}
     return [rows[m.ftp_url("data.bin")] for m in lab.mirrors]
+
+
+def with_fault_on_leader(
+    lb: Lab, digest: str, out: Path, fault: Callable[[], object], undo: Callable[[], object]
+) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """Download behind the 4 Mbit/s link with ``fault`` hitting the leading mirror
+    1.5 s in; ``undo`` restores it for the next test, whatever happened. Returns the
+    summary, the leader's entry and the others'."""
+    proc = start_pftp(lb, digest, out, "4M")
+    timer = lb.at(1.5, fault)
+    try:
+        s = finish(proc, out)
+    finally:
+        timer.cancel()
+        undo()
+    lead, *rest = by_mirror(s, lb)
+    return s, lead, rest
 
 
 def test_one_flow_fills_the_access_link_and_the_others_stand_by(lab, tmp_path):
@@ -67,6 +90,9 @@ def test_one_flow_fills_the_access_link_and_the_others_stand_by(lab, tmp_path):
     s = finish(start_pftp(lb, digest, out, "4M"), out)
     lead, *rest = by_mirror(s, lb)
     assert lead["bytes"] == SIZE and lead["state"] == "done"
+    # its one request may still be reading the 226 when the summary is made: its
+    # time so far counts (a report with 0 s would rank the mirror as dead)
+    assert 0.5 * ACCESS < lead["rate_bps"] < 1.5 * ACCESS
     assert all(m["bytes"] == 0 and m["state"] == "standby" for m in rest)
     assert s["fetched_bytes"] == SIZE
 
@@ -80,23 +106,17 @@ def test_a_leader_short_of_the_configured_link_lets_everyone_in(lab, tmp_path):
     s = finish(start_pftp(lb, digest, out, "200M"), out)
     rows = by_mirror(s, lb)
     assert all(m["bytes"] > 0 for m in rows), "every mirror took part"
-    joined = [e for e in s["events"] if e["kind"] == "resumed"]
+    joined = joins(s)
     assert {e["mirror"] for e in joined} == {rows[1]["name"], rows[2]["name"]}
     assert all(e["at_s"] < 1.0 and "of the 200.00 Mbit/s" in e["detail"] for e in joined)
 
 
 def test_leader_killed_the_standbys_take_over(lab, tmp_path):
     lb, digest = lab
-    out = tmp_path / "c.bin"
-    proc = start_pftp(lb, digest, out, "4M")
-    timer = lb.at(1.5, lb.kill, 0)
-    try:
-        s = finish(proc, out)
-    finally:
-        timer.cancel()
-        if not lb.mirrors[0].alive:
-            lb.restart(0)
-    lead, *rest = by_mirror(s, lb)
+    _s, lead, rest = with_fault_on_leader(
+        lb, digest, tmp_path / "c.bin", lambda: lb.kill(0),
+        lambda: lb.mirrors[0].alive or lb.restart(0),
+    )
     assert 0 < lead["bytes"] < SIZE
     assert "failed" in lead["events"] or "retry" in lead["events"]
     assert sum(m["bytes"] for m in rest) == SIZE - lead["bytes"]
@@ -105,19 +125,17 @@ def test_leader_killed_the_standbys_take_over(lab, tmp_path):
 
 def test_leader_slowed_down_the_standbys_join(lab, tmp_path):
     """The leading mirror falls to 0.4 Mbit/s after 1.5 s: the download runs well
-    below the access link for two monitor rounds, so the others join."""
+    below the access link for two monitor rounds, so the others join (or sooner: the
+    drop overflows the mirror's queue, and loss recovery may keep it silent for 1 s)."""
     lb, digest = lab
-    out = tmp_path / "d.bin"
-    proc = start_pftp(lb, digest, out, "4M")
-    timer = lb.at(1.5, lb.set_rate, 0, 400_000)
-    try:
-        s = finish(proc, out)
-    finally:
-        timer.cancel()
-        lb.set_rate(0, MIRROR)
-    lead, *rest = by_mirror(s, lb)
-    joined = [e for e in s["events"] if e["kind"] == "resumed"]
-    assert joined and all("fell to" in e["detail"] for e in joined), joined
+    s, lead, rest = with_fault_on_leader(
+        lb, digest, tmp_path / "d.bin", lambda: lb.set_rate(0, 400_000),
+        lambda: lb.set_rate(0, MIRROR),
+    )
+    joined = joins(s)
+    assert joined and all(
+        "fell to" in e["detail"] or "received nothing" in e["detail"] for e in joined
+    ), joined
     assert all(m["bytes"] > 0 for m in rest)
     assert lead["bytes"] < SIZE // 2
 
@@ -127,16 +145,10 @@ def test_leader_cut_off_the_standbys_join_within_seconds(lab, tmp_path):
     an error (that would take the 15 s stall timeout). After 1 s of silence the
     others join and share what it had not fetched; the file completes without it."""
     lb, digest = lab
-    out = tmp_path / "e.bin"
-    proc = start_pftp(lb, digest, out, "4M")
-    timer = lb.at(1.5, lb.disconnect, 0)
-    try:
-        s = finish(proc, out)
-    finally:
-        timer.cancel()
-        lb.reconnect(0)
-    lead, *rest = by_mirror(s, lb)
-    joined = [e for e in s["events"] if e["kind"] == "resumed"]
+    s, lead, rest = with_fault_on_leader(
+        lb, digest, tmp_path / "e.bin", lambda: lb.disconnect(0), lambda: lb.reconnect(0)
+    )
+    joined = joins(s)
     assert joined and all("received nothing" in e["detail"] for e in joined), joined
     assert all(e["at_s"] < 4.0 for e in joined)
     assert sum(m["bytes"] for m in rest) == SIZE - lead["bytes"]

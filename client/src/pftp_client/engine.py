@@ -125,6 +125,8 @@ class EngineConfig:
 
 
 LaneKind = Literal["normal", "duplicate", "repair"]
+# A flow's state at the end says why it stopped working; any other becomes "done".
+_FINAL_STATES = ("failed", "corrupt", "congested", "dropped", "parked", "standby")
 
 
 @dataclass(eq=False)
@@ -164,6 +166,7 @@ class Flow:
     parked: bool = False  # shares a congested link: takes no work, kept in reserve
     standby: bool = False  # connected, waiting while a leading flow fills the access link
     last_data: float = -1e9  # clock of the last block received
+    fetch_started: float | None = None  # clock when the lane in progress was started
 
     def rate_estimate(self, now: float) -> float | None:
         r = self.rate.rate(now)
@@ -257,6 +260,7 @@ class DownloadEngine:
         self._lead_low_rounds = 0
         self._lead_since = self._t0
         self._lead_lane = -1  # the leader's lane the samples are about
+        self._lead_full_at = 0.0
         self.observers: list[FlowObserver] = [self.timings, *observers]
         self.duplicate_bytes = 0
         self.refetched_bytes = 0
@@ -328,11 +332,29 @@ class DownloadEngine:
         return EngineResult(
             done=self.done.copy(),
             owners=self.owners.runs(),
-            mirrors=self.stats,
+            mirrors=self._final_stats(),
             events=list(self.events),
             duplicate_bytes=self.duplicate_bytes,
             refetched_bytes=self.refetched_bytes,
         )
+
+    def _final_stats(self) -> list[MirrorStats]:
+        """Per-mirror figures as of now. Flow threads may still be finishing their
+        last request (run does not wait for them): count its time so far, call a
+        flow that was working "done", and hand out copies they will not change."""
+        now = self._clock()
+        out: list[MirrorStats] = []
+        with self._lock:
+            by_name = {f.stats.name: f for f in self.flows.values()}
+            for st in self.stats:
+                copy = MirrorStats(**{**st.__dict__, "events": list(st.events)})
+                f = by_name.get(st.name)
+                if f is not None and f.fetch_started is not None and f.stats is st:
+                    copy.seconds += now - f.fetch_started
+                if self._finished and copy.state not in _FINAL_STATES:
+                    copy.state = "done"
+                out.append(copy)
+        return out
 
     def abort(self, exc: BaseException) -> None:
         with self._lock:
@@ -591,6 +613,7 @@ class DownloadEngine:
         )
         if verdict == "full":
             self._lead_phase = "full"
+            self._lead_full_at = now
             self._lead_samples = []
             self._log(f"{leader.id}: {why}: the others stay in reserve")
         elif verdict == "release":
@@ -763,9 +786,7 @@ class DownloadEngine:
                 self._notify(obs, "flow_ended", flow.id)
             with self._lock:
                 flow.alive = False
-                if flow.stats.state not in (
-                "failed", "corrupt", "congested", "dropped", "parked", "standby"
-            ):
+                if flow.stats.state not in _FINAL_STATES:
                     flow.stats.state = "done"
                 self._check_stuck()
                 self._lock.notify_all()
@@ -881,7 +902,7 @@ class DownloadEngine:
 
     def _run_lane(self, flow: Flow, lane: Lane) -> bool:
         """Fetch one lane; False when the flow must stop."""
-        t_start = self._clock()
+        t_start = flow.fetch_started = self._clock()
         error: TransferError | None = None
         try:
             if flow.fetcher is None:
@@ -912,7 +933,9 @@ class DownloadEngine:
             error = exc
         finally:
             flow.rate.stop()
-            flow.stats.seconds += self._clock() - t_start
+            with self._lock:
+                flow.stats.seconds += self._clock() - t_start
+                flow.fetch_started = None
         with self._lock:
             if lane.kind == "repair":
                 self._finish_repair(lane, ok=error is None)
@@ -1293,7 +1316,13 @@ class DownloadEngine:
                 now = self._clock()
                 self._check_parkings(now)
                 self._judge_lead(now)
-                if self._lead_phase == "full" and self.cfg.access_bps:
+                # (judged on an aggregate window that starts after the verdict: the
+                # slow start before it is no reason to let the others in)
+                if (
+                    self._lead_phase == "full"
+                    and self.cfg.access_bps
+                    and now - self._lead_full_at >= self._aggregate.window_s
+                ):
                     verdict, self._lead_low_rounds, why = judge_steady(
                         self._aggregate.rate(now), self.cfg.access_bps / 8,
                         self._lead_low_rounds, self.cfg.lead,
