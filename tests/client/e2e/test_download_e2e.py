@@ -121,6 +121,28 @@ def test_corrupt_mirror_whole_file_hash_finds_culprit_and_repairs(tmp_path, ftp_
     assert s.refetched_bytes > 0 and s.sha256_verified
 
 
+def test_corrupt_leader_is_found_by_the_standbys(tmp_path, ftp_mirrors):
+    """Lead start (access bandwidth configured): the first mirror fetches the whole
+    file alone, and it serves damaged bytes. The whole-file hash fails; the mirrors
+    that stood by serve the comparison ranges, the leader is blamed and the file
+    is repaired."""
+    data = os.urandom(3 * 1024 * 1024 + 11)
+    root = tmp_path / "shared"
+    root.mkdir()
+    good = ftp_mirrors({"c.bin": data}, 2, root=root)
+    bad = ftp_mirrors({}, 1, corrupt={0: [(2_000_000, 2_000_010)]}, root=root)
+    urls = [bad[0].url("c.bin")] + [g.url("c.bin") for g in good]
+    target = tmp_path / "c.bin"
+    s = download(mirrors=urls, output=target, sha256=sha256_hex(data), config=FAST,
+                 access_bandwidth_bps=8_000_000)
+    _assert_clean(target, data)
+    lead = s.mirrors[0]
+    assert lead.bytes == len(data) and all(m.state == "standby" for m in s.mirrors[1:])
+    assert "corrupt" in lead.events and s.sha256_verified
+    assert [x.name for x in s.mirrors if "corrupt" in x.events] == [lead.name]
+    assert s.refetched_bytes > 0
+
+
 def test_single_corrupt_mirror_never_renames_a_wrong_file(tmp_path, ftp_mirrors):
     data = os.urandom(200_000)
     bad = ftp_mirrors({"w.bin": data}, 1, corrupt={0: [(5, 6)]})
