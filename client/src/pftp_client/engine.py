@@ -767,6 +767,8 @@ class DownloadEngine:
         for obs in list(self.observers):
             self._notify(obs, "flow_started", flow.id, flow.mirror.name)
         try:
+            if self._lead_phase != "off" and flow.id != self._lead_name:
+                self._prepare_standby(flow)
             while True:
                 lane = self._next_work(flow)
                 if lane is None:
@@ -790,6 +792,27 @@ class DownloadEngine:
                     flow.stats.state = "done"
                 self._check_stuck()
                 self._lock.notify_all()
+
+    def _prepare_standby(self, flow: Flow) -> None:
+        """While a flow stands by: connect and do the one-time checks of its
+        transport (FTP: the REST probe), so that joining costs one request, not
+        three round trips more. A failure here is left to the first real request,
+        which retries and reports it as usual."""
+        try:
+            flow.fetcher = self._open_fetcher(
+                flow.mirror.url, timeout=self.cfg.timeout, stall_timeout=self.cfg.stall_timeout
+            )
+            prepare = getattr(flow.fetcher, "prepare", None)
+            if prepare is not None:
+                prepare(flow.cancel)
+        except (TransferError, Cancelled, OSError) as exc:
+            self._log(f"{flow.id}: getting ready while standing by failed: {exc}")
+            if flow.fetcher is not None:
+                try:
+                    flow.fetcher.close()
+                except Exception as close_exc:
+                    self._log(f"{flow.id}: closing the connection failed: {close_exc}")
+                flow.fetcher = None
 
     def _notify(self, obs: FlowObserver, method: str, *args: object) -> None:
         try:

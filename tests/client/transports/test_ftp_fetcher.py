@@ -233,6 +233,25 @@ def test_server_ignoring_rest_never_delivers_a_byte(start_pyftpd, handler) -> No
         assert fetch(f, 0, 2000) == data[:2000]
 
 
+def test_prepare_gives_the_rest_verdict_before_any_transfer(start_pyftpd) -> None:
+    """A standby flow prepares while it waits: against a server that ignores REST
+    the verdict comes then, and the later fetch at an offset fails at once with it.
+    Against an honest server, prepare leaves a fetch at an offset that works."""
+    liar = start_pyftpd(handler=IgnoresRest)
+    honest = start_pyftpd()
+    data = payload(300_000)
+    for server in (liar, honest):
+        server.put("f.bin", data)
+    with fetcher(liar.url("f.bin")) as f:
+        with pytest.raises(RangeNotHonoured):
+            f.prepare(threading.Event())
+        with pytest.raises(RangeNotHonoured):
+            f.fetch(1000, RangeEnd(2000), Collector(1000), threading.Event())
+    with fetcher(honest.url("f.bin")) as f:
+        f.prepare(threading.Event())
+        assert fetch(f, 123_456, 200_000) == data[123_456:200_000]
+
+
 def test_server_refusing_rest(start_pyftpd) -> None:
     server = start_pyftpd(handler=RefusesRest)
     data = payload(10_000)

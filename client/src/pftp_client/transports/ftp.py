@@ -386,6 +386,13 @@ class FtpFetcher:
         except (OSError, ValueError):  # closed under us: nothing more will come
             return None
 
+    def prepare(self, cancel: threading.Event) -> None:
+        """Do now what the first transfer at an offset would do first: log in and
+        check that the server honours REST (``_require_rest``). A standby flow
+        calls this while it waits, so that when it joins, its first request is
+        the transfer itself. Raises like ``fetch``."""
+        self._require_rest(cancel)
+
     def arrived_end(self) -> int | None:
         """The file offset up to which the running transfer's bytes have reached
         the kernel, read by us or not (window.received_bytes). None when no
