@@ -778,12 +778,7 @@ class DownloadEngine:
         except BaseException as exc:  # a bug or a local error: stop everything, say why
             self.abort(exc)
         finally:
-            if flow.fetcher is not None:
-                try:
-                    flow.fetcher.close()
-                except Exception as exc:
-                    self._log(f"{flow.id}: closing the connection failed: {exc}")
-                flow.fetcher = None
+            self._drop_fetcher(flow)
             for obs in list(self.observers):
                 self._notify(obs, "flow_ended", flow.id)
             with self._lock:
@@ -807,12 +802,16 @@ class DownloadEngine:
                 prepare(flow.cancel)
         except (TransferError, Cancelled, OSError) as exc:
             self._log(f"{flow.id}: getting ready while standing by failed: {exc}")
-            if flow.fetcher is not None:
-                try:
-                    flow.fetcher.close()
-                except Exception as close_exc:
-                    self._log(f"{flow.id}: closing the connection failed: {close_exc}")
-                flow.fetcher = None
+            self._drop_fetcher(flow)
+
+    def _drop_fetcher(self, flow: Flow) -> None:
+        """Close the flow's connections (best effort: it is being given up)."""
+        if flow.fetcher is not None:
+            try:
+                flow.fetcher.close()
+            except Exception as exc:
+                self._log(f"{flow.id}: closing the connection failed: {exc}")
+            flow.fetcher = None
 
     def _notify(self, obs: FlowObserver, method: str, *args: object) -> None:
         try:
