@@ -58,6 +58,7 @@ from pftp_client.transports.base import (
     RangeEnd,
     RangeFetcher,
     TransferError,
+    TransientError,
 )
 
 OpenFetcher = Callable[..., RangeFetcher]
@@ -770,6 +771,10 @@ class DownloadEngine:
             if self._lead_phase != "off" and flow.id != self._lead_name:
                 self._prepare_standby(flow)
             while True:
+                if flow.fetcher is None and flow.consecutive_failures and not self._reconnect(flow):
+                    break
+                if flow.fetcher is None and flow.consecutive_failures:
+                    continue  # it failed again and waited its backoff: try once more
                 lane = self._next_work(flow)
                 if lane is None:
                     break
@@ -794,15 +799,39 @@ class DownloadEngine:
         three round trips more. A failure here is left to the first real request,
         which retries and reports it as usual."""
         try:
-            flow.fetcher = self._open_fetcher(
-                flow.mirror.url, timeout=self.cfg.timeout, stall_timeout=self.cfg.stall_timeout
-            )
-            prepare = getattr(flow.fetcher, "prepare", None)
-            if prepare is not None:
-                prepare(flow.cancel)
-        except (TransferError, Cancelled, OSError) as exc:
+            self._get_ready(flow)
+        except (TransferError, OSError) as exc:
             self._log(f"{flow.id}: getting ready while standing by failed: {exc}")
             self._drop_fetcher(flow)
+
+    def _get_ready(self, flow: Flow) -> None:
+        """Open the flow's fetcher and let its transport do its one-time checks
+        (FTP: connect, log in, the REST probe). Raises like a fetch."""
+        flow.fetcher = self._open_fetcher(
+            flow.mirror.url, timeout=self.cfg.timeout, stall_timeout=self.cfg.stall_timeout
+        )
+        prepare = getattr(flow.fetcher, "prepare", None)
+        if prepare is not None:
+            prepare(flow.cancel)
+
+    def _reconnect(self, flow: Flow) -> bool:
+        """After a failure, connect (and, for FTP, check REST) before taking work:
+        a mirror that is still down must not cut another flow's lane for a range
+        it cannot fetch. False: the flow gives up."""
+        if self._finished or self._abort is not None or flow.cancel.is_set():
+            return False
+        try:
+            self._get_ready(flow)
+        except Cancelled:
+            return False
+        except (TransferError, OSError) as exc:
+            self._drop_fetcher(flow)
+            error = exc if isinstance(exc, TransferError) else TransientError(
+                f"{flow.mirror.url}: reconnecting failed: {exc}"
+            )
+            with self._lock:
+                return self._on_failure(flow, error)
+        return True
 
     def _drop_fetcher(self, flow: Flow) -> None:
         """Close the flow's connections (best effort: it is being given up)."""
