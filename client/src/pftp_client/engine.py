@@ -262,6 +262,7 @@ class DownloadEngine:
         self._lead_since = self._t0
         self._lead_lane = -1  # the leader's lane the samples are about
         self._lead_full_at = 0.0
+        self._lead_judged_at = -1.0
         self.observers: list[FlowObserver] = [self.timings, *observers]
         self.duplicate_bytes = 0
         self.refetched_bytes = 0
@@ -348,7 +349,7 @@ class DownloadEngine:
         with self._lock:
             by_name = {f.stats.name: f for f in self.flows.values()}
             for st in self.stats:
-                copy = MirrorStats(**{**st.__dict__, "events": list(st.events)})
+                copy = st.copy()
                 f = by_name.get(st.name)
                 if f is not None and f.fetch_started is not None and f.stats is st:
                     copy.seconds += now - f.fetch_started
@@ -370,9 +371,7 @@ class DownloadEngine:
     def snapshot(self) -> tuple[int, list[MirrorStats]]:
         """(bytes done, per-mirror stats) for the progress display."""
         with self._lock:
-            return self.done.total(), [
-                MirrorStats(**{**s.__dict__, "events": list(s.events)}) for s in self.stats
-            ]
+            return self.done.total(), [s.copy() for s in self.stats]
 
     def rates(self) -> dict[str, float | None]:
         now = self._clock()
@@ -579,6 +578,9 @@ class DownloadEngine:
             and todo
         )
 
+    def _stands_by(self, flow: Flow) -> bool:
+        return self._lead_phase != "off" and flow.id != self._lead_name
+
     @property
     def _leader(self) -> Flow | None:
         return self.flows.get(self._lead_name) if self._lead_name is not None else None
@@ -603,6 +605,11 @@ class DownloadEngine:
                     f"{leader.id} received nothing for {silent:.1f} s", leader_shares=False
                 )
             return
+        # Called on every arrival and every 10 ms by each standby: once per 5 ms is
+        # plenty for verdicts of 10 ms and more, and spares a syscall per block.
+        if now - self._lead_judged_at < 0.005:
+            return
+        self._lead_judged_at = now
         lane = leader.lane
         started = lane.requested_at if lane is not None else None
         self._sample_lead(leader, lane, now)
@@ -622,8 +629,7 @@ class DownloadEngine:
 
     def _sample_lead(self, leader: Flow, lane: Lane | None, now: float) -> None:
         """Lock held: note how far the leader's transfer has come, when it moved.
-        Called from its data path and from the standbys' waits (every 10 ms). The
-        kernel's count where the transport gives it: it does not lag when the
+        The kernel's count where the transport gives it: it does not lag when the
         leader's thread waits for the CPU, which a verdict on a few arrivals
         cannot tell from a stall."""
         if lane is None or lane.requested_at is None:
@@ -634,8 +640,7 @@ class DownloadEngine:
         arrived = getattr(leader.fetcher, "arrived_end", None)
         pos = arrived() if arrived is not None else None
         got = (pos - lane.start) if pos is not None else lane.reserved - lane.start
-        last = self._lead_samples[-1] if self._lead_samples else None
-        if got > 0 and (last is None or (got > last[1] and now - last[0] >= 0.005)):
+        if got > (self._lead_samples[-1][1] if self._lead_samples else 0):
             self._lead_samples.append((now, got))
 
     def _release_standbys(self, why: str, *, leader_shares: bool = True) -> None:
@@ -656,17 +661,14 @@ class DownloadEngine:
         for f in standbys:
             self._event("resumed", f, f"joins: {why}")
         rest = RangeSet()
-        lane = leader.lane if leader is not None else None
-        leading = (
-            leader is not None and lane is not None and lane.kind == "normal"
-            and leader.alive and not leader.cancel.is_set() and not leader.consecutive_failures
-        )
-        cut: int | None = None
-        if leader is not None and lane is not None and lane.kind == "normal":
+        lane = leader.lane if leader is not None and leader.alive else None
+        if lane is not None and lane.kind != "normal":
+            lane = None
+        cut = 0
+        if lane is not None:
             cut = max(lane.reserved, self._cut_floor(lane, self.access_saturated()))
             cut = min(self.split_grid.align_up(cut), lane.owned_end)
-            if cut < lane.owned_end:
-                rest.add(cut, lane.owned_end)
+            rest.add(cut, lane.owned_end)
         for f in self.flows.values():
             for s, e in f.initial:
                 rest.add(s, e)
@@ -674,28 +676,24 @@ class DownloadEngine:
         for s, e in self.pool:
             rest.add(s, e)
         self.pool = RangeSet()
-        leading = leading and leader_shares
-        workers = ([leader] if leading and leader is not None else []) + standbys
-        if not workers:  # nobody left to deal to: the pool serves whoever comes
-            self.pool = rest
-            self._lock.notify_all()
-            return
-        groups = deal_in_rounds(
-            rest, len(workers), self.cfg.round_block_bytes, self.cfg.max_rounds
+        shares = (
+            leader_shares and leader is not None and lane is not None
+            and not leader.cancel.is_set() and not leader.consecutive_failures
         )
-        for f, g in zip(workers, groups, strict=True):
-            f.initial = g
-        if leading:
-            assert lane is not None and leader is not None
-            assert cut is not None
-            first = leader.initial.first()
-            new_end = cut
+        workers = ([leader] if shares and leader is not None else []) + standbys
+        if workers:
+            groups = deal_in_rounds(
+                rest, len(workers), self.cfg.round_block_bytes, self.cfg.max_rounds
+            )
+            for f, g in zip(workers, groups, strict=True):
+                f.initial = g
+        else:  # nobody left to deal to: the pool serves whoever comes
+            self.pool = rest
+        if lane is not None and leader is not None:
+            first = leader.initial.first() if shares else None
             if first is not None and first[0] == cut:
                 leader.initial.remove(*first)  # keeps streaming: no new request
-                new_end = first[1]
-            lane.end.lower_to(new_end)
-            lane.owned_end = new_end
-        elif lane is not None and cut is not None and cut < lane.owned_end:
+                cut = first[1]
             lane.end.lower_to(cut)
             lane.owned_end = cut
         self._lock.notify_all()
@@ -768,13 +766,13 @@ class DownloadEngine:
         for obs in list(self.observers):
             self._notify(obs, "flow_started", flow.id, flow.mirror.name)
         try:
-            if self._lead_phase != "off" and flow.id != self._lead_name:
+            if self._stands_by(flow):
                 self._prepare_standby(flow)
             while True:
-                if flow.fetcher is None and flow.consecutive_failures and not self._reconnect(flow):
-                    break
                 if flow.fetcher is None and flow.consecutive_failures:
-                    continue  # it failed again and waited its backoff: try once more
+                    if not self._reconnect(flow):
+                        break
+                    continue  # connected, or failed again after its backoff: look again
                 lane = self._next_work(flow)
                 if lane is None:
                     break
@@ -877,7 +875,7 @@ class DownloadEngine:
                         lane.shadow = None
                         self._repair_jobs[lane.id] = job
                         return lane
-                if self._lead_phase != "off" and flow.id != self._lead_name:
+                if self._stands_by(flow):
                     if not flow.standby:
                         flow.standby = True
                         flow.stats.state = "standby"

@@ -38,6 +38,10 @@ class MirrorStats:
     # mirrors this one was found to share a congested link with (issue 6)
     congested_with: list[str] = field(default_factory=list)
 
+    def copy(self) -> MirrorStats:
+        """A copy that later updates of this one do not change."""
+        return MirrorStats(**{**self.__dict__, "events": list(self.events)})
+
     @property
     def rate_bps(self) -> float:
         """Throughput in bits per second while fetching."""

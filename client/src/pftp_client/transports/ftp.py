@@ -39,6 +39,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -379,12 +380,8 @@ class FtpFetcher:
         an end lowered to this or beyond throws nothing away. None when no
         transfer is running. Thread-safe."""
         active = self._active
-        if active is None:
-            return None
-        try:
-            return max(self._recv_pos, active[1]) + committed_bytes(active[0], rate)
-        except (OSError, ValueError):  # closed under us: nothing more will come
-            return None
+        extra = self._ask_data_socket(active, lambda sock: committed_bytes(sock, rate))
+        return None if active is None or extra is None else max(self._recv_pos, active[1]) + extra
 
     def prepare(self, cancel: threading.Event) -> None:
         """Do now what the first transfer at an offset would do first: log in and
@@ -398,13 +395,21 @@ class FtpFetcher:
         the kernel, read by us or not (window.received_bytes). None when no
         transfer is running or the kernel does not say. Thread-safe."""
         active = self._active
+        got = self._ask_data_socket(active, received_bytes)
+        return None if active is None or got is None else active[1] + got
+
+    @staticmethod
+    def _ask_data_socket(
+        active: tuple[socket.socket, int] | None, ask: Callable[[socket.socket], int | None]
+    ) -> int | None:
+        """``ask`` the running transfer's socket (from another thread); None when
+        there is none or it was closed under us (nothing more will come)."""
         if active is None:
             return None
         try:
-            got = received_bytes(active[0])
-        except (OSError, ValueError):  # closed under us
+            return ask(active[0])
+        except (OSError, ValueError):
             return None
-        return None if got is None else active[1] + got
 
     def size(self) -> int | None:
         """``SIZE`` in binary mode; None when the server does not implement it.
