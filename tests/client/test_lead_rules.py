@@ -141,3 +141,49 @@ def test_steady_state(share, rounds_before, verdict, rounds_after):
 
 def test_steady_state_without_a_measured_aggregate_waits():
     assert judge_steady(None, ACCESS_4M, 1, S) == ("wait", 1, "")
+
+
+def _filled_then_paused(pause_s: float, rate_Bps: float = 490_000.0) -> list[tuple[float, int]]:
+    """The lab's series (head start, 4 Mbit/s): 0.1 s at the link rate, a pause of
+    ``pause_s`` with nothing in order (loss recovery), then the link rate again."""
+    before = series(0.0, 0.1, rate_Bps, start_bytes=95_000)
+    t = before[-1][0] + pause_s
+    return before + series(t, t + 0.006, rate_Bps, start_bytes=before[-1][1] + 2_900)
+
+
+def test_a_recovery_pause_in_a_flow_that_filled_the_link_is_not_shortness():
+    s = _filled_then_paused(0.15)
+    now = s[-1][0]
+    # averaged over the pause the flow carries ~1.7 Mbit/s of 4; judged on what came after
+    assert judge_start(s, started=0.0, now=now, rtt_s=RTT, access_Bps=ACCESS_4M, s=S)[0] == "wait"
+    # silent again right after: more recovery, still waiting
+    assert judge_start(s, started=0.0, now=now + 0.12, rtt_s=RTT, access_Bps=ACCESS_4M,
+                       s=S)[0] == "wait"
+    # and it becomes "full" once a full window at the link rate follows the pause
+    longer = s + series(now + 0.006, now + 0.33, 490_000.0, start_bytes=s[-1][1] + 2_900)
+    verdict, _ = judge_start(longer, started=0.0, now=longer[-1][0], rtt_s=RTT,
+                             access_Bps=ACCESS_4M, s=S)
+    assert verdict == "full"
+
+
+def test_after_a_recovery_a_short_rate_over_a_longer_stretch_releases():
+    s = _filled_then_paused(0.15)
+    t = s[-1][0]
+    slow = s + series(t + 0.006, t + 0.12, 100_000.0, start_bytes=s[-1][1] + 600)
+    verdict, why = judge_start(slow, started=0.0, now=slow[-1][0], rtt_s=RTT,
+                               access_Bps=ACCESS_4M, s=S)
+    assert verdict == "release" and "carries 0." in why
+
+
+def test_a_pause_in_a_flow_that_was_short_before_it_still_releases():
+    before = series(0.0, 0.1, 100_000.0, start_bytes=2_000)  # 0.8 of 4 Mbit/s
+    s = [*before, (0.3, before[-1][1] + 1448), (0.306, before[-1][1] + 2 * 1448)]
+    verdict, _ = judge_start(s, started=0.0, now=0.306, rtt_s=RTT, access_Bps=ACCESS_4M, s=S)
+    assert verdict == "release"
+
+
+def test_max_wait_counts_from_the_first_byte_not_from_the_recovery():
+    s = _filled_then_paused(0.15)
+    # at 2.1 s after the first byte, with the flow silent since the recovery: release
+    verdict, _ = judge_start(s, started=0.0, now=2.1, rtt_s=RTT, access_Bps=ACCESS_4M, s=S)
+    assert verdict == "release"

@@ -21,7 +21,7 @@ def test_session_set_up_does_not_import_numpy() -> None:
     # engine's detector-start thread.
     code = (
         "import sys\n"
-        "import pftp_client.cli, pftp_client.download, pftp_client.congestion.capture\n"
+        "import pftp_client.cli, pftp_client.downloader, pftp_client.congestion.capture\n"
         "from pftp_client.congestion_wiring import CongestionSession\n"
         "s = CongestionSession('app', active=[('a', 'ftp://127.0.0.1/f', None),"
         " ('b', 'ftp://127.0.0.2/f', None)], backups=[], rank_by_rate=True, say=print)\n"

@@ -91,7 +91,7 @@ def test_probes_start_before_the_engine_loads(pyftpd_server, tmp_path: Path) -> 
     code = (
         "import sys\n"
         "import pftp_client.cli as cli\n"
-        "d = sys.modules['pftp_client.download']\n"
+        "d = sys.modules['pftp_client.downloader']\n"
         "seen = []\n"
         "start = d._start_probes\n"
         "def spy(*a, **k):\n"
@@ -111,16 +111,15 @@ def test_probes_start_before_the_engine_loads(pyftpd_server, tmp_path: Path) -> 
 
 def test_public_api_resolves_lazily() -> None:
     import pftp_client
-    import pftp_client.download as download_module  # binds the function, as before
     from pftp_client import download
 
-    assert callable(download) and download.__module__ == "pftp_client.download"
-    assert download_module is download
+    assert callable(download) and download.__module__ == "pftp_client.downloader"
+    assert pftp_client.download is download  # no submodule of that name shadows it
     for name in pftp_client.__all__:
         assert getattr(pftp_client, name) is not None, name
         assert name in dir(pftp_client)
     from pftp_client.control_file import ResumeMismatch
-    from pftp_client.download import ResumeMismatch as again
+    from pftp_client.downloader import ResumeMismatch as again
 
     assert again is ResumeMismatch is pftp_client.ResumeMismatch
     with pytest.raises(AttributeError):
@@ -128,9 +127,10 @@ def test_public_api_resolves_lazily() -> None:
 
 
 def test_congestion_modes_match_the_wiring() -> None:
+    import pftp_client.downloader
     from pftp_client.congestion_wiring import MODES
 
-    assert sys.modules["pftp_client.download"].CONGESTION_MODES == MODES
+    assert pftp_client.downloader.CONGESTION_MODES == MODES
 
 
 @pytest.mark.parametrize(

@@ -188,7 +188,7 @@ COLLECT_SCRIPT = textwrap.dedent("""
 DOWNLOAD_SCRIPT = textwrap.dedent("""
     import hashlib, json, sys, time
     from pftp_client.discovery import discover_coordinators
-    from pftp_client.download import download
+    from pftp_client.downloader import download
     t0 = time.monotonic()
     coords = discover_coordinators([], use_srv=False, listen_s=60)
     found = time.monotonic() - t0

@@ -7,14 +7,9 @@ summary = download(mirrors=["ftp://a/f.iso", "http://b/f.iso"], sha256="...", ou
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-# ``download`` is bound eagerly: it is also the name of the submodule, and a lazy
-# name would be shadowed by the module once ``pftp_client.download`` is imported.
-# download.py itself is light; it imports the engine while the mirrors are probed.
-from pftp_client.download import UsageError, download
 from pftp_client.lazy import lazy_attributes
 
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
 if TYPE_CHECKING:
     from pftp_client.control_file import ResumeMismatch
     from pftp_client.coordinator import (
@@ -23,13 +18,14 @@ if TYPE_CHECKING:
         CoordinatorRefused,
         CoordinatorUnavailable,
     )
+    from pftp_client.downloader import UsageError, download
     from pftp_client.engine import EngineConfig, NoMirrorCouldServe
     from pftp_client.flow_observer import FlowControl, FlowObserver, FlowTimings
     from pftp_client.integrity import VerificationFailed
     from pftp_client.summary import DownloadSummary, MirrorEvent, MirrorStats
 
-# The rest of the public API is imported on first use (start-up time: the CLI
-# reaches the first connect before the engine, hashing and summary modules load).
+# The public API is imported on first use (start-up time: `pftp` connects to the
+# mirrors before the CLI, the engine, hashing and summary modules load; early.py).
 _LAZY = {
     "CoordinatorAnswerError": "pftp_client.coordinator",
     "CoordinatorError": "pftp_client.coordinator",
@@ -45,6 +41,8 @@ _LAZY = {
     "NoMirrorCouldServe": "pftp_client.engine",
     "ResumeMismatch": "pftp_client.control_file",
     "VerificationFailed": "pftp_client.integrity",
+    "UsageError": "pftp_client.downloader",
+    "download": "pftp_client.downloader",
 }
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 # start-up time is part of every download's time. download() imports the engine
 # while the mirrors answer the size probe; the exceptions it may raise are told
 # apart by module (_exit_code) so that the CLI does not import them first.
-from pftp_client.download import UsageError, download
+from pftp_client.downloader import UsageError, download
 from pftp_client.progress import choose_progress
 from pftp_client.settings import SettingsError, load_settings
 

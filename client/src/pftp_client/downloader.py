@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlsplit
 # probe is imported here. The engine, hashing, control/part file and summary
 # modules (and the coordinator client when one is asked) are imported by a
 # background thread while the mirrors answer the probe (``_load_run_modules``).
+from pftp_client import early
 from pftp_client.lazy import lazy_attributes
 from pftp_client.plan import FileIdentity, Plan, PlanError, check_url, dynamic_plan
 from pftp_client.transports.base import RangeFetcher, TransferError
@@ -139,7 +140,7 @@ def _start_probes(
     urls: Sequence[str],
     open_fetcher: Callable[..., RangeFetcher],
     timeout: float,
-) -> list[_Background]:
+) -> list[_Background | early.EarlyProbe]:
     """Ask every mirror for the size (SIZE / HEAD), one thread each, at once."""
 
     slots = threading.BoundedSemaphore(MAX_PROBES)
@@ -159,16 +160,23 @@ def _start_probes(
 
         return run
 
-    if open_fetcher is default_open_fetcher and any(
-        urlsplit(u).scheme.lower() == "ftp" for u in urls
-    ):
+    if open_fetcher is not default_open_fetcher:
+        return [_Background(probe(u), f"pftp-probe-{i}") for i, u in enumerate(urls)]
+    # The entry point may have started them already (early.py).
+    early_probes = [early.take(u, timeout) for u in urls]
+    early.discard_all()  # started for another command line; not needed
+    pairs = list(zip(urls, early_probes, strict=True))
+    if any(p is None and urlsplit(u).scheme.lower() == "ftp" for u, p in pairs):
         # before the threads start: they would all wait for this import anyway
         import pftp_client.transports.ftp  # noqa: F401
-    return [_Background(probe(u), f"pftp-probe-{i}") for i, u in enumerate(urls)]
+    return [
+        p if p is not None else _Background(probe(u), f"pftp-probe-{i}")
+        for i, (u, p) in enumerate(pairs)
+    ]
 
 
 def _probe_results(
-    probes: list[_Background], say: Callable[[str], None]
+    probes: Sequence[_Background | early.EarlyProbe], say: Callable[[str], None]
 ) -> tuple[dict[str, int], dict[str, RangeFetcher]]:
     """The probes' answers in mirror order; keeps the connections that answered."""
     results = []
@@ -359,9 +367,7 @@ def download(
         load_http()
         start_background()
         try:
-            used_coordinator, plan = request_plan(
-                coordinators, request, timeout=min(timeout, 10.0)
-            )
+            used_coordinator, plan = request_plan(coordinators, request, timeout=min(timeout, 10.0))
         except CoordinatorUnavailable as exc:
             if not urls:
                 raise

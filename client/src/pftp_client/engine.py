@@ -660,6 +660,8 @@ class DownloadEngine:
             f.standby = False
         for f in standbys:
             self._event("resumed", f, f"joins: {why}")
+        if not standbys:  # (still getting ready: no event, but say why they may start)
+            self._log(f"lead start over: {why}")
         rest = RangeSet()
         lane = leader.lane if leader is not None and leader.alive else None
         if lane is not None and lane.kind != "normal":

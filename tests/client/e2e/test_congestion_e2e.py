@@ -9,7 +9,7 @@ import time
 
 import pytest
 from pftp_client import EngineConfig, UsageError, download
-from pftp_client.download import _report
+from pftp_client.downloader import _report
 from pftp_client.summary import DownloadSummary, MirrorStats
 from pftp_client.transports.base import RangeEnd
 from pftp_client.transports.ftp import FtpFetcher

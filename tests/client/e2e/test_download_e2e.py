@@ -1,4 +1,4 @@
-"""End-to-end downloads through pftp_client.download over real servers on loopback."""
+"""End-to-end downloads through pftp_client.download() over real servers on loopback."""
 
 from __future__ import annotations
 

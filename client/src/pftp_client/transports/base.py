@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Protocol
 
 
@@ -56,7 +55,6 @@ class Cancelled(TransferError):
     """The engine asked this flow to stop (dropped for congestion, shutdown)."""
 
 
-@dataclass
 class RangeEnd:
     """Exclusive end of the range being fetched; lowered concurrently by the engine.
 
@@ -64,8 +62,21 @@ class RangeEnd:
     lock-free reads in the fetcher's receive loop safe.
     """
 
-    value: int
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # A plain class, not a dataclass: this module is on the way to the first
+    # connect (early.py), and dataclasses loads inspect (~10 ms).
+    __slots__ = ("_lock", "value")
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"RangeEnd(value={self.value})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RangeEnd) and other.value == self.value
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it was
 
     def lower_to(self, new_end: int) -> int:
         """Lower the end to ``new_end`` if that is below the current end (any

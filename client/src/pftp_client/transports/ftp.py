@@ -40,7 +40,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from pftp_client.transports.base import (
@@ -74,19 +74,24 @@ _PROBE_BYTES = 4096
 # listener after 30 s and then writes an unsolicited "421 Passive data channel timed
 # out"; vsftpd and pure-ftpd keep it until the next EPSV/PASV/transfer.
 _PASSIVE_MAX_AGE = 10.0
+# A head transfer (FtpFetcher.start_head) is read into memory up to this much until
+# its fetch takes it over; then the kernel's flow control holds the rest.
+HEAD_BUFFER_BYTES = 4 * 1024 * 1024
 # Greetings of servers that lftp (ftp:auto-sync-mode) knows to mishandle pipelined
 # commands: with these we send one command at a time.
 _SYNC_ONLY_GREETING = re.compile(r"icrosoft FTP Service|MadGoat|MikroTik")
 # Kernel receive timestamps (SO_TIMESTAMPNS, Linux value when the module lacks it).
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+DEFAULT_TIMEOUT_S = 30.0  # connect and reply; ClientSettings.timeout has the same default
 _TS_ANCILLARY = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 
 
 # ---------------------------------------------------------------- pure parsing
 
 
-@dataclass(frozen=True)
-class FtpReply:
+# NamedTuples, not dataclasses: this module is on the way to the first connect
+# (early.py), and dataclasses loads inspect (~10 ms).
+class FtpReply(NamedTuple):
     code: int
     text: str  # every line of the reply, joined with "\n"
 
@@ -99,8 +104,7 @@ class FtpReply:
         return self.text.replace("\n", " | ")
 
 
-@dataclass(frozen=True)
-class FtpTarget:
+class FtpTarget(NamedTuple):
     host: str
     port: int
     user: str | None  # None: take it from netrc or log in anonymously
@@ -301,6 +305,50 @@ def _rst_close(sock: socket.socket) -> None:
     sock.close()
 
 
+class _HeadReader:
+    """Reads a head transfer (FtpFetcher.start_head) into memory until a fetch
+    takes it over. Left unread, its socket would close the TCP window, and a
+    receive queue over its memory budget is pruned by the kernel: the sender
+    then stalls for a retransmission timeout (seen in the lab: 0.3-0.7 s)."""
+
+    def __init__(self, ctrl: _Control, data: socket.socket, limit: int) -> None:
+        self.ctrl = ctrl
+        self.data = data
+        self.buf = bytearray(limit)
+        self.marks: list[tuple[int, int]] = []  # (end of a receive in buf, arrival_ns)
+        self.got = 0
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._run, name="pftp-head", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self.data, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        view = memoryview(self.buf)
+        try:
+            while self.got < len(self.buf):
+                if any(fd == self._wake_r for fd, _ in poller.poll()):
+                    return
+                n = self.data.recv_into(view[self.got :])
+                if n == 0:
+                    return  # EOF: the fetch's own receive sees it again
+                self.got += n
+                self.marks.append((self.got, time.monotonic_ns()))
+        except OSError as exc:
+            # the fetch's own receive on this socket meets the failure again
+            log.debug("head transfer: %s", exc)
+        finally:
+            view.release()
+
+    def stop(self) -> None:
+        """Stop reading (at once: the reader waits on the wake-up pipe too)."""
+        os.write(self._wake_w, b"x")
+        self._thread.join()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+
 # -------------------------------------------------------------------- fetcher
 
 
@@ -316,7 +364,7 @@ class FtpFetcher:
         self,
         url: str,
         *,
-        timeout: float = 30.0,
+        timeout: float = DEFAULT_TIMEOUT_S,
         stall_timeout: float = 15.0,
         netrc_file: str | os.PathLike[str] | None = None,
         verify_rest: bool = True,
@@ -348,6 +396,8 @@ class FtpFetcher:
         self.reconnects = 0  # control connections opened after the first; for reports/tests
         # The transfer in progress, for committed_end (read from other threads).
         self._active: tuple[socket.socket, int] | None = None  # (data socket, its offset)
+        # A transfer from byte 0 started ahead of its fetch (start_head).
+        self._head: _HeadReader | None = None
         self._recv_pos = 0
         # When True, arrival_ns passed to the sink is the kernel's receive time of
         # the data (SO_TIMESTAMPNS, converted to the time.monotonic_ns() scale)
@@ -364,6 +414,9 @@ class FtpFetcher:
             raise Cancelled("cancelled before the transfer started")
         if offset >= end.value:
             return 0
+        head = self._take_head() if offset == 0 else None
+        if head is not None:
+            return self._fetch_head(head, end, sink, cancel)
         if offset > 0:
             self._require_rest(cancel)
             if self._size is not None and offset >= self._size:
@@ -373,6 +426,67 @@ class FtpFetcher:
         ctrl, data = self._with_reconnect(lambda c: self._start_retr(c, offset))
         delivered, _eof = self._receive(ctrl, data, offset, end, sink, cancel)
         return delivered
+
+    def start_head(self, limit: int = HEAD_BUFFER_BYTES) -> None:
+        """Start the transfer from byte 0 now, ahead of its fetch: up to ``limit``
+        bytes are read into memory meanwhile, and the first ``fetch`` at offset 0
+        takes the transfer over. Any other use of the connection aborts it
+        first. For the entry point's head start (pftp_client.early): the data
+        flows while the engine's modules load."""
+        if self._head is not None:
+            return
+        if self._known_size(passive=True) == 0:  # (the passive port rides with SIZE)
+            return  # nothing to send
+        ctrl, data = self._with_reconnect(lambda c: self._start_retr(c, 0))
+        with self._lock:
+            if self._closed:
+                _rst_close(data)
+                return
+            self._head = _HeadReader(ctrl, data, limit)
+
+    def _take_head(self) -> _HeadReader | None:
+        with self._lock:
+            head, self._head = self._head, None
+        if head is not None:
+            head.stop()
+        return head
+
+    def _settle_head(self) -> None:
+        """Abort a head transfer that nobody took (before another command)."""
+        head = self._take_head()
+        if head is not None:
+            self._abort(head.ctrl, head.data)
+
+    def _fetch_head(
+        self, head: _HeadReader, end: RangeEnd, sink: DataSink, cancel: threading.Event
+    ) -> int:
+        """``fetch`` from 0 over the head transfer: what it read first, then the rest
+        of the stream."""
+        ctrl, data = head.ctrl, head.data
+        if self.kernel_timestamps:
+            # Switched on after the connect: what is queued already has no time, and
+            # _receive then takes the receive call's clock.
+            with contextlib.suppress(OSError):
+                data.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        pos = 0
+        view = memoryview(head.buf)
+        try:
+            for stop, arrival_ns in head.marks:
+                if cancel.is_set() or self._closed:
+                    raise Cancelled(f"{self._where()}: cancelled at byte {pos}")
+                got = end.deliver(sink, pos, view[pos:stop], arrival_ns)
+                pos += got
+                if pos < stop:  # the end was lowered below what was read
+                    self._abort(ctrl, data, prepare_next=True)
+                    return pos
+        except BaseException:
+            self._abort(ctrl, data)
+            raise
+        finally:
+            view.release()
+            head.buf = bytearray()
+        delivered, _eof = self._receive(ctrl, data, pos, end, sink, cancel, stream_start=0)
+        return pos + delivered
 
     def committed_end(self, rate: float | None = None) -> int | None:
         """The file offset up to which the server is most likely sending already
@@ -427,6 +541,10 @@ class FtpFetcher:
         with self._lock:
             self._closed = True
             ctrl, self._ctrl = self._ctrl, None
+            head, self._head = self._head, None
+        if head is not None:
+            head.stop()
+            _rst_close(head.data)
         if ctrl is not None:
             try:
                 ctrl.sock.settimeout(1.0)
@@ -448,6 +566,7 @@ class FtpFetcher:
         dropped it (idle timeout, restart), reconnect once and run it again.
         Only used for steps that deliver nothing, so a retry is harmless. When
         the loss points at pipelining, the retry sends one command at a time."""
+        self._settle_head()
         for attempt in (1, 2):
             ctrl = self._control()
             try:
@@ -814,10 +933,14 @@ class FtpFetcher:
         end: RangeEnd,
         sink: DataSink,
         cancel: threading.Event,
+        *,
+        stream_start: int | None = None,
     ) -> tuple[int, bool]:
         """Read the data connection into ``sink`` until ``end`` (re-read after
         every receive) or EOF; then leave the control connection ready for the
-        next command. Returns (bytes delivered, whether the server hit EOF)."""
+        next command. Returns (bytes delivered, whether the server hit EOF).
+        ``stream_start``: the file offset of the connection's first byte, when
+        some were read before (a head transfer); ``offset`` is where it is now."""
         pos = offset
         view = self._view
         eof = False
@@ -833,7 +956,7 @@ class FtpFetcher:
             # on one scale (a clock step mid-transfer would shift them all alike).
             realtime_minus_mono = time.time_ns() - time.monotonic_ns()
         self._recv_pos = pos
-        self._active = (data, offset)
+        self._active = (data, offset if stream_start is None else stream_start)
         try:
             while True:
                 if cancel.is_set() or self._closed:
