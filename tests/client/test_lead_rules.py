@@ -187,3 +187,14 @@ def test_max_wait_counts_from_the_first_byte_not_from_the_recovery():
     # at 2.1 s after the first byte, with the flow silent since the recovery: release
     verdict, _ = judge_start(s, started=0.0, now=2.1, rtt_s=RTT, access_Bps=ACCESS_4M, s=S)
     assert verdict == "release"
+
+
+def test_a_flow_that_keeps_pausing_is_judged_with_its_pauses():
+    s = _filled_then_paused(0.15)
+    t = s[-1][0]
+    again = [*s, *series(t + 0.006, t + 0.05, 490_000.0, start_bytes=s[-1][1] + 2_900)]
+    t = again[-1][0] + 0.15  # a second pause of 0.15 s, then data again
+    again += series(t, t + 0.012, 490_000.0, start_bytes=again[-1][1] + 2_900)
+    verdict, _ = judge_start(again, started=0.0, now=again[-1][0], rtt_s=RTT,
+                             access_Bps=ACCESS_4M, s=S)
+    assert verdict == "release"

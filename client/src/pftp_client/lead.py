@@ -151,21 +151,22 @@ def judge_start(
 def after_recovery(
     samples: Sequence[tuple[float, int]], *, rtt_s: float, access_Bps: float, s: LeadSettings
 ) -> Sequence[tuple[float, int]]:
-    """The samples from the end of the last pause that looks like loss recovery:
-    a flow that carried at least the ``short`` share of the link, went silent
-    for ``recovery_gap_*``, then sent again. Its bytes in order stop at the lost
-    segment until the retransmission fills the hole, one round trip or more
-    behind a bottleneck queue; averaged in, that pause makes a flow that fills
-    the link look short (lab, 4 Mbit/s: 3.9 Mbit/s, then 0.15 s of nothing, read
-    as 1.7 Mbit/s). A flow that was short before the pause is judged as it is."""
+    """The samples after a pause that looks like the loss recovery of slow start's
+    overshoot: a flow that carried at least the ``short`` share of the link went
+    silent for ``recovery_gap_*`` once, then sent again. Behind a bottleneck queue
+    that pause lasts a tail-loss probe or a retransmission timeout (lab, 4 Mbit/s:
+    3.9 Mbit/s, then 0.15 s of nothing, read as 1.7 Mbit/s when averaged in), and
+    says nothing about the path's rate. Only one such pause is set aside: a flow
+    that keeps pausing does not fill the link, and a flow that was short before
+    the pause is judged as it is."""
     gap = max(s.recovery_gap_s, s.recovery_gap_rtts * rtt_s)
-    for i in range(len(samples) - 1, 0, -1):
-        t_prev, b_prev = samples[i - 1]
-        if samples[i][0] - t_prev > gap:
-            t0, b0 = samples[0]
-            before = (b_prev - b0) / (t_prev - t0) if t_prev > t0 else 0.0
-            return samples[i:] if before >= s.short * access_Bps else samples
-    return samples
+    pauses = [i for i in range(1, len(samples)) if samples[i][0] - samples[i - 1][0] > gap]
+    if len(pauses) != 1:
+        return samples
+    i = pauses[0]
+    (t0, b0), (t_prev, b_prev) = samples[0], samples[i - 1]
+    before = (b_prev - b0) / (t_prev - t0) if t_prev > t0 else 0.0
+    return samples[i:] if before >= s.short * access_Bps else samples
 
 
 def judge_steady(
