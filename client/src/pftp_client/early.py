@@ -1,0 +1,209 @@
+"""Head start for ``pftp get --mirror ftp://...``: the network work that does not
+depend on anything the CLI still has to load.
+
+A Python client spends ~0.1 s importing before it can deal out ranges; curl's first
+byte arrives ~15 ms after exec (notes/head-start.md). So the entry point
+(launch.py) starts, before the CLI's imports, what every such download does
+first: connect and log in to each mirror, ask for the size, and on the first
+mirror start the transfer from byte 0. That is where the first flow begins in
+every plan dealt from scratch: the leader of a lead start gets the whole file,
+and the first of an even start gets the first block. Its data waits in the
+socket buffer until the engine reads it, while the engine's modules load.
+
+``download()`` takes these probes over (``take``) instead of starting its own.
+It discards them when it ends up not needing them (a coordinator's plan, another
+timeout). A first request at another offset (a resume) aborts the head
+transfer first. Only for mirror-only downloads from the command line: the
+library API and the coordinator path start where they always did.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Sequence
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
+if TYPE_CHECKING:
+    from typing import Any
+
+# get's options that take a value (cli.build_parser), and those that do not.
+_WITH_VALUE = {
+    "--mirror",
+    "-m",
+    "--backup",
+    "--congestion",
+    "--output",
+    "-o",
+    "--coordinator",
+    "--sha256",
+    "--stall-timeout",
+}
+_FLAGS = {"--quiet", "-q", "--json", "--restart", "--no-discovery"}
+# While the probes run, the main thread imports (CPU-bound, holding the GIL). A
+# probe thread woken by a reply would wait up to the 5 ms default switch interval
+# for it, once per round trip.
+_SWITCH_INTERVAL_S = 0.0005
+
+_lock = threading.Lock()
+_probes: dict[str, EarlyProbe] = {}  # not taken yet
+_started: list[EarlyProbe] = []
+
+
+def mirror_urls(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
+    """(mirrors, backups) of ``pftp get --mirror URL ...`` without a NAME, as the
+    CLI would parse them; None for anything else, including what argparse would
+    reject or read differently (left to argparse)."""
+    if not argv or argv[0] != "get":
+        return None
+    mirrors: list[str] = []
+    backups: list[str] = []
+    args = list(argv[1:])
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        opt, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if opt in ("-m", "-o") or (opt in _WITH_VALUE and opt.startswith("--")):
+            if not eq:
+                if i + 1 >= len(args) or args[i + 1].startswith("-"):
+                    return None
+                i += 1
+                value = args[i]
+            if opt in ("--mirror", "-m"):
+                mirrors.append(value)
+            elif opt == "--backup":
+                backups.append(value)
+        elif arg.startswith("-m") and len(arg) > 2 and not arg.startswith("--"):
+            mirrors.append(arg[2:])
+        elif arg not in _FLAGS or eq:
+            return None  # a NAME, -h, an abbreviation, a combined flag...
+        i += 1
+    return (mirrors, backups) if mirrors else None
+
+
+class EarlyProbe:
+    """The size probe of one mirror, started early in its own thread; with
+    ``head``, also the transfer from byte 0 (FtpFetcher.start_head)."""
+
+    def __init__(self, url: str, timeout: float, head: bool) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.head = head
+        self._done = threading.Event()
+        self._value: tuple[str, Any, int | None, str] = (url, None, None, "not finished")
+        self._error: BaseException | None = None
+        threading.Thread(target=self._run, name=f"pftp-early-{url}", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._probe()
+        except BaseException as exc:  # re-raised by result() in download()'s thread
+            self._error = exc
+        finally:
+            self._done.set()
+            _restore_switch_interval()
+
+    def _probe(self) -> tuple[str, Any, int | None, str]:
+        # The same steps as download._start_probes, with the same outcomes.
+        from pftp_client.transports.base import TransferError
+        from pftp_client.transports.ftp import FtpFetcher
+
+        try:
+            f = FtpFetcher(self.url, timeout=self.timeout)
+        except (TransferError, ValueError, OSError) as exc:
+            return self.url, None, None, str(exc)
+        if self.head:
+            try:
+                f.start_head()  # asks the size on the way
+            except (TransferError, OSError) as exc:
+                # size() below or the first fetch asks again and reports it
+                import logging
+
+                logging.getLogger(__name__).debug("%s: no head start: %s", self.url, exc)
+        try:
+            size = f.size()
+        except (TransferError, OSError) as exc:
+            f.close()
+            return self.url, None, None, str(exc)
+        return self.url, f, size, ""
+
+    def result(self) -> tuple[str, Any, int | None, str]:
+        """What download()'s probe returns: (url, fetcher or None, size, error).
+        Bounded like that probe: by the fetcher's timeouts."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def discard(self) -> None:
+        """Close the connection once the probe ends (in its thread if still running)."""
+
+        def close() -> None:
+            self._done.wait()
+            f = self._value[1]
+            if f is not None:
+                f.close()
+
+        if self._done.is_set():
+            close()
+        else:
+            threading.Thread(target=close, name="pftp-early-discard", daemon=True).start()
+
+
+_saved_interval: float | None = None
+
+
+def _restore_switch_interval() -> None:
+    global _saved_interval
+    with _lock:
+        if _saved_interval is not None and all(p._done.is_set() for p in _started):
+            sys.setswitchinterval(_saved_interval)
+            _saved_interval = None
+
+
+def start(argv: Sequence[str]) -> int:
+    """Start the probes (and the first mirror's head transfer) for ``pftp get
+    argv`` when it is a mirror-only download over FTP. Returns how many started.
+    Nothing is reported here: download() reports what its probes found."""
+    global _saved_interval
+    parsed = mirror_urls(argv)
+    if parsed is None:
+        return 0
+    # Imported here, not in the probe threads: they would compete with the CLI's
+    # imports for the GIL, and the CLI needs this module anyway. Nothing else is
+    # loaded first (the settings would cost pathlib and dataclasses): the probes
+    # use the default timeout, and download() takes them only if the settings
+    # agree.
+    from pftp_client.transports.ftp import DEFAULT_TIMEOUT_S
+
+    urls = [*parsed[0], *parsed[1]]
+    first = urls[0]
+    with _lock:
+        for url in urls:
+            if url in _probes or not url.lower().startswith("ftp://"):
+                continue  # (a malformed URL fails in its probe, as in download()'s)
+            if _saved_interval is None:
+                _saved_interval = sys.getswitchinterval()
+                sys.setswitchinterval(_SWITCH_INTERVAL_S)
+            _probes[url] = EarlyProbe(url, DEFAULT_TIMEOUT_S, head=url == first)
+            _started.append(_probes[url])
+        return len(_probes)
+
+
+def take(url: str, timeout: float) -> EarlyProbe | None:
+    """The early probe of ``url`` made with ``timeout``, now the caller's (once)."""
+    with _lock:
+        probe = _probes.get(url)
+        if probe is None or probe.timeout != timeout:
+            return None
+        del _probes[url]
+        return probe
+
+
+def discard_all() -> None:
+    """Close every early probe nobody took (download() no longer needs them)."""
+    with _lock:
+        left = list(_probes.values())
+        _probes.clear()
+    for p in left:
+        p.discard()

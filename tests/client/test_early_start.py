@@ -1,0 +1,146 @@
+"""The head start of `pftp get --mirror ftp://...` (pftp_client.early, launch):
+which command lines start it, how download() takes its probes over, and that the
+real entry point connects before the CLI's modules load."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pftp_client import early
+
+FTP = "ftp://127.0.0.1:2121/f.bin"
+FTP2 = "ftp://127.0.0.2:2121/f.bin"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["get", "--mirror", FTP], ([FTP], [])),
+        (["get", "-m", FTP, "--mirror=" + FTP2, "--quiet", "--json"], ([FTP, FTP2], [])),
+        (["get", "-m" + FTP, "--backup", FTP2, "-o", "out", "--sha256", "ab"], ([FTP], [FTP2])),
+        (["get", "--mirror", FTP, "--no-discovery", "--restart", "--stall-timeout", "3"],
+         ([FTP], [])),
+        # a NAME (the coordinator may be asked), help, unknown or abbreviated options,
+        # a missing value: left to argparse and the normal path
+        (["get", "ubuntu.iso", "--mirror", FTP], None),
+        (["get", "--mirror", FTP, "-h"], None),
+        (["get", "--mirr", FTP], None),
+        (["get", "--mirror"], None),
+        (["get", "--mirror", "--quiet"], None),
+        (["get", "--quiet=1", "--mirror", FTP], None),
+        (["get", "-qm", FTP], None),
+        (["get", "--json"], None),
+        (["put", "--mirror", FTP], None),
+        ([], None),
+    ],
+)
+def test_mirror_urls(argv: list[str], expected: tuple[list[str], list[str]] | None) -> None:
+    assert early.mirror_urls(argv) == expected
+
+
+@pytest.fixture
+def clean_early():
+    early.discard_all()
+    yield
+    early.discard_all()
+
+
+def test_take_hands_over_a_probe_once_and_only_for_its_timeout(pyftpd_server, clean_early) -> None:
+    data = os.urandom(300_000)
+    pyftpd_server.put("f.bin", data)
+    url, other = pyftpd_server.url("f.bin"), pyftpd_server.url("g.bin")
+    assert early.start(["get", "--mirror", url, "--mirror", other]) == 2
+    assert early.take(url, timeout=5.0) is None  # other settings: not this probe
+    probe = early.take(url, timeout=30.0)
+    assert probe is not None and early.take(url, timeout=30.0) is None
+    got_url, fetcher, size, error = probe.result()
+    assert (got_url, size, error) == (url, len(data), "")
+    assert fetcher._head is not None  # the first mirror's transfer is under way
+    fetcher.close()
+    missing = early.take(other, timeout=30.0)
+    assert missing is not None
+    _, f2, size2, error2 = missing.result()
+    assert f2 is None and size2 is None and "550" in error2  # as download()'s probe says it
+
+
+def test_download_takes_the_early_probes(pyftpd_server, tmp_path: Path, clean_early) -> None:
+    from pftp_client import download
+
+    data = os.urandom(1_000_003)
+    pyftpd_server.put("f.bin", data)
+    url = pyftpd_server.url("f.bin")
+    assert early.start(["get", "--mirror", url]) == 1
+    probe = early._probes[url]
+    out = tmp_path / "f.bin"
+    summary = download(mirrors=[url], output=out, sha256=hashlib.sha256(data).hexdigest(),
+                       timeout=30.0, congestion="off")
+    assert summary.sha256_verified and out.read_bytes() == data
+    assert url not in early._probes and probe._done.is_set()
+
+
+def test_download_with_other_settings_closes_them(pyftpd_server, tmp_path: Path,
+                                                  clean_early) -> None:
+    from pftp_client import download
+
+    data = os.urandom(200_000)
+    pyftpd_server.put("f.bin", data)
+    url = pyftpd_server.url("f.bin")
+    early.start(["get", "--mirror", url])
+    probe = early._probes[url]
+    summary = download(mirrors=[url], output=tmp_path / "f.bin", timeout=7.0, congestion="off")
+    assert summary.size == len(data) and not early._probes
+    probe._done.wait(10)
+    fetcher = probe._value[1]
+    deadline = 50
+    while fetcher is not None and not fetcher._closed and deadline:  # closed by its thread
+        deadline -= 1
+        probe._done.wait(0.1)
+    assert fetcher is None or fetcher._closed
+
+
+def test_pftp_connects_before_the_cli_loads(pyftpd_server, tmp_path: Path) -> None:
+    """The real entry point (launch.main): the first control connection is opened
+    before pftp_client.cli is imported, and the download verifies."""
+    data = os.urandom(2_000_000)
+    pyftpd_server.put("f.bin", data)
+    url = pyftpd_server.url("f.bin")
+    out = tmp_path / "out.bin"
+    argv = ["pftp", "get", "--mirror", url, "--sha256", hashlib.sha256(data).hexdigest(),
+            "-o", str(out), "--quiet", "--json", "--no-discovery"]
+    hook = (
+        "import sys, threading\n"
+        "order = []\n"
+        "def hook(event, args):\n"
+        f"    if event == 'socket.connect' and args[1][1] == {pyftpd_server.port} and not any(\n"
+        "            o.startswith('connect') for o in order):\n"
+        "        order.append('connect ' + threading.current_thread().name)\n"
+        "    elif event == 'import' and args[0] in ('pftp_client.cli', 'pftp_client.engine'):\n"
+        "        order.append(args[0])\n"
+        "sys.addaudithook(hook)\n"
+    )
+    code = hook + (
+        f"sys.argv = {argv!r}\n"
+        "import atexit\n"
+        "atexit.register(lambda: print('ORDER', order))\n"
+        "from pftp_client.launch import main\n"
+        "main()\n"
+    )
+    env = dict(os.environ, PFTP_CLIENT_CONFIG=str(tmp_path / "none.toml"))
+    env.pop("PFTP_COORDINATOR", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary, _, tail = proc.stdout.rpartition("ORDER ")
+    order = eval(tail)  # a list literal printed by the child
+    # The early probe thread connects while the CLI loads, before the engine does.
+    connect = next(o for o in order if o.startswith("connect "))
+    assert connect.startswith("connect pftp-early-")
+    assert order.index(connect) < order.index("pftp_client.engine")
+    assert json.loads(summary)["sha256_verified"] is True
+    assert out.read_bytes() == data

@@ -1,0 +1,150 @@
+"""FtpFetcher.start_head: a transfer from byte 0 started ahead of its fetch
+(pftp_client.early), against pyftpdlib in-process and vsftpd."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, ClassVar
+
+import pytest
+from pftp_client.transports.base import RangeEnd
+from pftp_client.transports.ftp import FtpFetcher
+from pyftpdlib.handlers import FTPHandler
+
+
+class Recording(FTPHandler):
+    """Keeps every command the server received, in order (class-wide)."""
+
+    commands: ClassVar[list[str]] = []
+
+    def pre_process_command(self, line: str, cmd: str, arg: str) -> Any:
+        Recording.commands.append(cmd)
+        return super().pre_process_command(line, cmd, arg)
+
+
+def _collect() -> tuple[bytearray, Any]:
+    got = bytearray()
+    where: list[int] = []
+
+    def sink(pos: int, block: memoryview, _t: int) -> None:
+        assert pos == len(got), f"block at {pos}, expected {len(got)}"
+        where.append(pos)
+        got.extend(block)
+
+    return got, sink
+
+
+@pytest.fixture
+def recording_server(start_pyftpd):
+    Recording.commands = []
+    return start_pyftpd(handler=Recording)
+
+
+def _wait_buffered(f: FtpFetcher, at_least: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while f._head is not None and f._head.got < at_least:
+        assert time.monotonic() < deadline, "the head transfer read nothing"
+        time.sleep(0.01)
+
+
+def test_fetch_from_zero_takes_the_head_over(recording_server) -> None:
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    recording_server.put("f.bin", data)
+    with FtpFetcher(recording_server.url("f.bin")) as f:
+        f.start_head(limit=256 * 1024)
+        _wait_buffered(f, 256 * 1024)  # read into memory up to the limit, then held
+        assert f._head is not None and f._head.got == 256 * 1024
+        got, sink = _collect()
+        n = f.fetch(0, RangeEnd(len(data)), sink, threading.Event())
+        assert n == len(data) and bytes(got) == data
+        assert f.reconnects == 0
+        # the fetch sent nothing: one RETR in all, no REST, no ABOR
+        assert Recording.commands.count("RETR") == 1
+        assert "REST" not in Recording.commands and "ABOR" not in Recording.commands
+        # the connection stays usable: a range after the head
+        got2 = bytearray()
+        f.fetch(1000, RangeEnd(5000), lambda p, b, t: got2.extend(b), threading.Event())
+        assert bytes(got2) == data[1000:5000]
+
+
+def test_a_lowered_end_inside_what_was_read_stops_there(recording_server) -> None:
+    data = os.urandom(2 * 1024 * 1024)
+    recording_server.put("f.bin", data)
+    with FtpFetcher(recording_server.url("f.bin")) as f:
+        f.start_head(limit=512 * 1024)
+        _wait_buffered(f, 512 * 1024)
+        got, sink = _collect()
+        n = f.fetch(0, RangeEnd(100_000), sink, threading.Event())
+        assert n == 100_000 and bytes(got) == data[:100_000]
+        assert "ABOR" in Recording.commands  # the rest of the stream was stopped
+        got2 = bytearray()
+        f.fetch(100_000, RangeEnd(300_000), lambda p, b, t: got2.extend(b), threading.Event())
+        assert bytes(got2) == data[100_000:300_000]
+
+
+def test_another_first_request_aborts_the_head(recording_server) -> None:
+    data = os.urandom(1024 * 1024)
+    recording_server.put("f.bin", data)
+    with FtpFetcher(recording_server.url("f.bin")) as f:
+        f.start_head()
+        got = bytearray()
+        f.fetch(500_000, RangeEnd(600_000), lambda p, b, t: got.extend(b), threading.Event())
+        assert bytes(got) == data[500_000:600_000]
+        assert f._head is None
+        cmds = Recording.commands
+        assert cmds.index("ABOR") < cmds.index("REST")  # aborted before the REST probe
+
+
+def test_prepare_after_a_head_start_keeps_the_connection_in_step(vsftpd_server) -> None:
+    data = os.urandom(700_001)
+    vsftpd_server.put("f.bin", data)
+    with FtpFetcher(vsftpd_server.url("f.bin")) as f:
+        f.start_head()
+        f.prepare(threading.Event())  # the REST probe: needs the connection, aborts the head
+        got = bytearray()
+        f.fetch(0, RangeEnd(len(data)), lambda p, b, t: got.extend(b), threading.Event())
+        assert bytes(got) == data
+        assert f.reconnects == 0
+
+
+def test_head_over_vsftpd_with_kernel_timestamps(vsftpd_server) -> None:
+    data = os.urandom(2 * 1024 * 1024 + 3)
+    vsftpd_server.put("f.bin", data)
+    with FtpFetcher(vsftpd_server.url("f.bin")) as f:
+        f.start_head()
+        f.kernel_timestamps = True  # switched on by the engine after the probe
+        times: list[int] = []
+        got = bytearray()
+
+        def sink(pos: int, block: memoryview, t: int) -> None:
+            got.extend(block)
+            times.append(t)
+
+        before = time.monotonic_ns()
+        f.fetch(0, RangeEnd(len(data)), sink, threading.Event())
+        assert bytes(got) == data
+        assert all(t <= time.monotonic_ns() for t in times) and times[-1] >= before
+
+
+def test_empty_file_starts_no_head(recording_server) -> None:
+    recording_server.put("empty.bin", b"")
+    with FtpFetcher(recording_server.url("empty.bin")) as f:
+        f.start_head()
+        assert f._head is None and f.size() == 0
+        assert "RETR" not in Recording.commands
+
+
+def test_close_with_an_unread_head_releases_everything(recording_server) -> None:
+    data = os.urandom(4 * 1024 * 1024)
+    recording_server.put("f.bin", data)
+    f = FtpFetcher(recording_server.url("f.bin"))
+    f.start_head(limit=64 * 1024)
+    head = f._head
+    assert head is not None
+    f.close()
+    assert f._head is None and head.data.fileno() == -1
+    assert not head._thread.is_alive()
+    with pytest.raises(OSError):
+        os.fstat(head._wake_r)  # the wake-up pipe is closed too
