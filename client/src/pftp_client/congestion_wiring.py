@@ -193,6 +193,7 @@ class CongestionSession:
         self.t0 = time.monotonic() if t0 is None else t0
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._starting: threading.Thread | None = None
         self._observer: Any = None
         self._stopped = False
         self.capture: Any = None
@@ -244,11 +245,24 @@ class CongestionSession:
             return
         self.endpoints = dict(self._plan.endpoints)
 
+    def start_in_background(self) -> None:
+        """``start`` in its own thread: opening the capture socket and draining what
+        it caught before its filter was attached takes ~20 ms, while the first
+        decisions need hundreds of packets. ``factory`` and ``stop`` wait for it."""
+        self._starting = threading.Thread(target=self.start, name="pftp-capture-start",
+                                          daemon=True)
+        self._starting.start()
+
+    def _started(self) -> None:
+        if self._starting is not None:
+            self._starting.join()
+
     def stop(self, wait: bool = True) -> None:
         """Stop detection. ``wait=False`` (the download is over) only signals the
         monitor and capture threads: a detection round or a capture drain in progress
         finishes on its own (daemon threads) instead of delaying the exit, and an
         event it would still report is ignored."""
+        self._started()  # (else a capture opened after this would never stop)
         with self._lock:
             self._stopped = True
         obs = self._observer
@@ -316,6 +330,7 @@ class CongestionSession:
 
     def factory(self) -> Any:
         """The engine's detector factory, or None when detection is off."""
+        self._started()
         if self.source is None:
             return None
         from pftp_client.congestion.monitor import congestion_detector_factory

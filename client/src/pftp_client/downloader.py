@@ -564,7 +564,7 @@ def _run_plan(
         except CongestionSourceUnavailable as exc:
             part.close()
             raise UsageError(str(exc)) from exc
-        session.start()
+        session.start_in_background()
         # Deferred: building the factory imports numpy and the detectors (~0.2 s);
         # the engine calls it from a background thread once the flows run.
         detector_factory = session.lazy_factory()

@@ -19,6 +19,7 @@ library API and the coordinator path start where they always did.
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from collections.abc import Sequence
@@ -117,14 +118,21 @@ class EarlyProbe:
                 f.start_head()  # asks the size on the way
             except (TransferError, OSError) as exc:
                 # size() below or the first fetch asks again and reports it
-                import logging
-
                 logging.getLogger(__name__).debug("%s: no head start: %s", self.url, exc)
         try:
             size = f.size()
         except (TransferError, OSError) as exc:
             f.close()
             return self.url, None, None, str(exc)
+        if not self.head and size:
+            # Every mirror but the first starts at an offset: its first request
+            # checks that REST works (FtpFetcher.prepare). Done now, it is off the
+            # path of the first request (a standby's join, an even start's block).
+            try:
+                f.prepare(threading.Event())
+            except (TransferError, OSError) as exc:
+                # kept in the fetcher (a server ignoring REST) or asked again
+                logging.getLogger(__name__).debug("%s: REST check: %s", self.url, exc)
         return self.url, f, size, ""
 
     def result(self) -> tuple[str, Any, int | None, str]:

@@ -261,6 +261,7 @@ class DownloadEngine:
         self._lead_low_rounds = 0
         self._lead_since = self._t0
         self._lead_lane = -1  # the leader's lane the samples are about
+        self._lead_head_at: float | None = None  # its head start's request (FtpFetcher)
         self._lead_full_at = 0.0
         self._lead_judged_at = -1.0
         self.observers: list[FlowObserver] = [self.timings, *observers]
@@ -611,8 +612,10 @@ class DownloadEngine:
             return
         self._lead_judged_at = now
         lane = leader.lane
-        started = lane.requested_at if lane is not None else None
         self._sample_lead(leader, lane, now)
+        started = lane.requested_at if lane is not None else None
+        if started is not None and self._lead_head_at is not None:
+            started = min(started, self._lead_head_at)
         rtt = leader.latency_s if leader.latency_s is not None else self.cfg.default_latency_s
         assert self.cfg.access_bps
         verdict, why = judge_start(
@@ -637,11 +640,30 @@ class DownloadEngine:
         if lane.id != self._lead_lane:  # a new request (resume: the next gap)
             self._lead_lane = lane.id
             self._lead_samples = []
+            self._lead_head_at = None
+        if lane.start == 0 and self._lead_head_at is None:
+            self._seed_lead(leader)
         arrived = getattr(leader.fetcher, "arrived_end", None)
         pos = arrived() if arrived is not None else None
         got = (pos - lane.start) if pos is not None else lane.reserved - lane.start
         if got > (self._lead_samples[-1][1] if self._lead_samples else 0):
             self._lead_samples.append((now, got))
+
+    def _seed_lead(self, leader: Flow) -> None:
+        """Lock held: a leader whose transfer started before the engine (the entry
+        point's head start) brings its arrivals so far: judged on them, it needs
+        no fresh window of its own (a fast link: the others join at once)."""
+        history = getattr(leader.fetcher, "head_history", None)
+        if history is None or self._clock is not time.monotonic:  # (another time scale)
+            return
+        requested, marks = history
+        self._lead_head_at = requested
+        first = self._lead_samples[0][0] if self._lead_samples else float("inf")
+        seeded: list[tuple[float, int]] = []
+        for t, got in marks:  # thinned like live samples (one per 5 ms at most)
+            if t < first and (not seeded or t - seeded[-1][0] >= 0.005):
+                seeded.append((t, got))
+        self._lead_samples[:0] = seeded
 
     def _release_standbys(self, why: str, *, leader_shares: bool = True) -> None:
         """Lock held: everyone works from now on. What the leader has not reached
