@@ -144,3 +144,52 @@ def test_pftp_connects_before_the_cli_loads(pyftpd_server, tmp_path: Path) -> No
     assert order.index(connect) < order.index("pftp_client.engine")
     assert json.loads(summary)["sha256_verified"] is True
     assert out.read_bytes() == data
+
+
+def _three_mirrors(start_pyftpd, data: bytes) -> list[str]:
+    first = start_pyftpd()
+    first.put("f.bin", data)
+    others = [start_pyftpd(root=first.root) for _ in range(2)]
+    return [s.url("f.bin") for s in (first, *others)]
+
+
+def _head_offset(probe: early.EarlyProbe) -> int | None:
+    fetcher = probe.result()[1]
+    head = fetcher._head if fetcher is not None else None
+    return None if head is None else head.offset
+
+
+def test_without_an_access_bandwidth_every_mirror_starts_at_its_block(
+    start_pyftpd, tmp_path: Path, clean_early, monkeypatch
+) -> None:
+    """No access bandwidth configured: the engine starts even, so each mirror's
+    transfer is started where its first block will be, and the download uses them."""
+    from pftp_client import download
+    from pftp_client.ranges import first_offsets
+
+    monkeypatch.delenv("PFTP_ACCESS_BANDWIDTH", raising=False)
+    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
+    data = os.urandom(3_000_001)
+    urls = _three_mirrors(start_pyftpd, data)
+    early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
+    probes = [early._probes[u] for u in urls]
+    assert [_head_offset(p) for p in probes] == first_offsets(len(data), 3)
+    summary = download(mirrors=urls, output=tmp_path / "f.bin", timeout=30.0,
+                       sha256=hashlib.sha256(data).hexdigest(), congestion="off")
+    assert summary.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
+    assert all(_head_offset(p) is None for p in probes)  # every one was taken over
+    assert summary.duplicate_bytes == 0
+
+
+def test_a_first_mirror_that_fills_the_access_link_starts_no_other(
+    start_pyftpd, tmp_path: Path, clean_early, monkeypatch
+) -> None:
+    """With lead start (an access bandwidth configured) the others start early only
+    when the first mirror's transfer falls short of the link; here it fills it."""
+    monkeypatch.setenv("PFTP_ACCESS_BANDWIDTH", "100k")
+    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
+    urls = _three_mirrors(start_pyftpd, os.urandom(3_000_000))
+    early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
+    probes = [early._probes[u] for u in urls]
+    assert [_head_offset(p) for p in probes] == [0, None, None]
+    assert all(p.result()[1]._rest_honoured for p in probes[1:])  # REST checked early

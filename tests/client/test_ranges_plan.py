@@ -167,3 +167,13 @@ def test_dynamic_plan_names_and_dedups_mirrors():
     assert dynamic_plan(ident, ["ftp://h/f"]).mode == "single"
     with pytest.raises(PlanError):
         dynamic_plan(ident, ["file:///etc/passwd"])
+
+
+def test_first_offsets_are_where_the_even_deal_starts_each_flow() -> None:
+    from pftp_client.ranges import MAX_ROUNDS, ROUND_BLOCK_BYTES, first_offsets
+
+    for size, parts in [(50_331_648, 4), (10, 3), (4 << 30, 4), (1, 1), (7, 2)]:
+        groups = deal_in_rounds(RangeSet([(0, size)]), parts, ROUND_BLOCK_BYTES, MAX_ROUNDS)
+        assert first_offsets(size, parts) == [g.first()[0] if g else None for g in groups]
+    assert first_offsets(48 << 20, 4) == [0, 12 << 20, 24 << 20, 36 << 20]
+    assert first_offsets(2, 4) == [None, 0, None, 1]  # fewer bytes than flows

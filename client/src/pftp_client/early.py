@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from collections.abc import Sequence
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
@@ -82,14 +83,34 @@ def mirror_urls(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
     return (mirrors, backups) if mirrors else None
 
 
-class EarlyProbe:
-    """The size probe of one mirror, started early in its own thread; with
-    ``head``, also the transfer from byte 0 (FtpFetcher.start_head)."""
+# How long a mirror waits for the first mirror's transfer to show that it falls
+# short of the access link (then every mirror starts at once), from that
+# transfer's first byte. A verdict needs a few round trips of data (lead.py); on
+# a long path none comes in time, and the engine decides as it always does.
+_VERDICT_WAIT_S = 0.05
+# A transfer started on a guess (an offset past 0) holds at most this much unread.
+_GUESS_BUFFER_BYTES = 1024 * 1024
 
-    def __init__(self, url: str, timeout: float, head: bool) -> None:
+
+class EarlyProbe:
+    """The size probe of one mirror, started early in its own thread. The first
+    mirror (``slot`` 0 of ``slots``) also starts its transfer from byte 0
+    (FtpFetcher.start_head). Each other mirror checks REST, and starts its
+    transfer at its first block of an even start (ranges.first_offsets) when the
+    engine will deal that way: no access bandwidth is configured (an even start),
+    or the first mirror's transfer soon falls short of it (lead start's verdict,
+    lead.judge_start, then deals the same: engine._deal_as_even_start)."""
+
+    def __init__(
+        self, url: str, timeout: float, slot: int | None, slots: int,
+        leader: EarlyProbe | None = None,
+    ) -> None:
         self.url = url
         self.timeout = timeout
-        self.head = head
+        self.slot = slot  # place among the --mirror URLs (None: a backup)
+        self.slots = slots
+        self.head = slot == 0
+        self.leader = leader
         self._done = threading.Event()
         self._value: tuple[str, Any, int | None, str] = (url, None, None, "not finished")
         self._error: BaseException | None = None
@@ -130,10 +151,62 @@ class EarlyProbe:
             # path of the first request (a standby's join, an even start's block).
             try:
                 f.prepare(threading.Event())
+                self._guess_head(f, size)
             except (TransferError, OSError) as exc:
                 # kept in the fetcher (a server ignoring REST) or asked again
                 logging.getLogger(__name__).debug("%s: REST check: %s", self.url, exc)
         return self.url, f, size, ""
+
+    def _guess_head(self, f: Any, size: int) -> None:
+        """Start this mirror's transfer at its first block of an even start, when
+        the engine will deal that way (class doc)."""
+        if not self.slot or self.leader is None:
+            return
+        from pftp_client.ranges import first_offsets
+
+        offset = first_offsets(size, self.slots)[self.slot]
+        if not offset or not self._all_start_at_once():
+            return
+        f.start_head(offset, limit=_GUESS_BUFFER_BYTES)
+
+    def _all_start_at_once(self) -> bool:
+        from pftp_client.access_bandwidth import configured_access_bandwidth
+        from pftp_client.settings import SettingsError, load_settings
+
+        try:
+            access_bps, _ = configured_access_bandwidth(load_settings().access_bandwidth)
+        except (SettingsError, ValueError, OSError):
+            return False  # the CLI reports it
+        if not access_bps:
+            return True  # an even start
+        return self.leader is not None and self.leader.falls_short(access_bps / 8)
+
+    def falls_short(self, access_Bps: float) -> bool:
+        """Waits for this (the first) mirror's head transfer to show that it falls
+        short of the access link (lead.judge_start), for up to _VERDICT_WAIT_S after
+        its first byte. False when it does not show it in time, or fills the link."""
+        from pftp_client.lead import LeadSettings, judge_start
+
+        settings = LeadSettings()
+        self._done.wait()
+        f = self._value[1]
+        while f is not None and (progress := f.head_progress()) is not None:
+            requested_at, samples, rtt = progress
+            now = time.monotonic()
+            if not samples:
+                if now - requested_at > settings.max_wait_s:
+                    return False
+            else:
+                first_t = samples[0][0]
+                if rtt is None:  # RETR to first byte: a round trip and the server's start
+                    rtt = first_t - requested_at
+                verdict, _ = judge_start(samples, started=requested_at, now=now,
+                                         rtt_s=rtt, access_Bps=access_Bps, s=settings)
+                if verdict != "wait" or now - first_t > _VERDICT_WAIT_S:
+                    return verdict == "release"
+            time.sleep(0.002)
+        return False  # no head transfer, or the engine took it over: its judge decides
+
 
     def result(self) -> tuple[str, Any, int | None, str]:
         """What download()'s probe returns: (url, fetcher or None, size, error).
@@ -185,16 +258,21 @@ def start(argv: Sequence[str]) -> int:
     from pftp_client.transports.ftp import DEFAULT_TIMEOUT_S
 
     urls = [*parsed[0], *parsed[1]]
-    first = urls[0]
+    mirrors = list(dict.fromkeys(parsed[0]))  # (download() probes a repeated URL once)
     with _lock:
+        leader: EarlyProbe | None = None
         for url in urls:
             if url in _probes or not url.lower().startswith("ftp://"):
                 continue  # (a malformed URL fails in its probe, as in download()'s)
             if _saved_interval is None:
                 _saved_interval = sys.getswitchinterval()
                 sys.setswitchinterval(_SWITCH_INTERVAL_S)
-            _probes[url] = EarlyProbe(url, DEFAULT_TIMEOUT_S, head=url == first)
-            _started.append(_probes[url])
+            slot = mirrors.index(url) if url in mirrors else None
+            probe = EarlyProbe(url, DEFAULT_TIMEOUT_S, slot, len(mirrors), leader)
+            if slot == 0:
+                leader = probe
+            _probes[url] = probe
+            _started.append(probe)
         return len(_probes)
 
 

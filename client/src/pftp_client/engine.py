@@ -46,7 +46,7 @@ from pftp_client.lead import LeadSettings, judge_start, judge_steady
 from pftp_client.part_file import PartFile
 from pftp_client.pieces import PieceGrid, split_unit
 from pftp_client.plan import MirrorSource, Plan
-from pftp_client.ranges import RangeOwners, RangeSet, deal_in_rounds
+from pftp_client.ranges import MAX_ROUNDS, ROUND_BLOCK_BYTES, RangeOwners, RangeSet, deal_in_rounds
 from pftp_client.rate import RateMeter
 from pftp_client.slow_server import FlowProgress, find_slow_flows, reduced_portion
 from pftp_client.summary import EventKind, MirrorEvent, MirrorStats
@@ -103,8 +103,8 @@ class EngineConfig:
     # SHA-256 at the end covers the last round instead of all but the first block
     # (4 GiB on loopback: 2.2 s of hashing after the last byte). A block costs one
     # more request per flow, so only blocks this large are worth it.
-    round_block_bytes: int = 256 << 20
-    max_rounds: int = 8
+    round_block_bytes: int = ROUND_BLOCK_BYTES
+    max_rounds: int = MAX_ROUNDS
     access_saturation: float = 0.7  # goodput under loss sits at 75-95 % of a full link
     detector_start_max_s: float = 1.0  # see _attach_detector
     # A cut leaves a flow the bytes its server is already sending (_cut_floor)
@@ -262,6 +262,7 @@ class DownloadEngine:
         self._lead_since = self._t0
         self._lead_lane = -1  # the leader's lane the samples are about
         self._lead_head_at: float | None = None  # its head start's request (FtpFetcher)
+        self._lead_todo: RangeSet | None = None  # what was left when lead start began
         self._lead_full_at = 0.0
         self._lead_judged_at = -1.0
         self.observers: list[FlowObserver] = [self.timings, *observers]
@@ -559,6 +560,7 @@ class DownloadEngine:
             self._lead_phase = "probing"
             self._lead_since = self._clock()
             self._initial_for[lead.name] = todo.copy()
+            self._lead_todo = todo.copy()
             names = ", ".join(m.name for m in self.plan.active[1:])
             self._log(f"{lead.name} leads alone at first; {names} stand by until it shows whether "
                       f"it fills the {self.cfg.access_bps / 1e6:.2f} Mbit/s access link")
@@ -692,6 +694,11 @@ class DownloadEngine:
         if lane is not None:
             cut = max(lane.reserved, self._cut_floor(lane, self.access_saturated()))
             cut = min(self.split_grid.align_up(cut), lane.owned_end)
+            if leader_shares and leader is not None and self._deal_as_even_start(
+                leader, lane, cut
+            ):
+                self._lock.notify_all()
+                return
             rest.add(cut, lane.owned_end)
         for f in self.flows.values():
             for s, e in f.initial:
@@ -721,6 +728,44 @@ class DownloadEngine:
             lane.end.lower_to(cut)
             lane.owned_end = cut
         self._lock.notify_all()
+
+    def _deal_as_even_start(self, leader: Flow, lane: Lane, cut: int) -> bool:
+        """Lock held, on a release while the leader has not got past the first block
+        an even start would have given it (a fast link, found out at once): deal
+        as that start would have, each flow its blocks in file order, the leader's
+        request ending with its first block. The mirrors' transfers that the entry
+        point started at those blocks (early.py) are then used as they are.
+        False (nothing changed) when the download is not in that state."""
+        if (
+            lane.start != 0
+            or self._lead_todo != RangeSet([(0, lane.owned_end)])
+            or self.pool
+            or leader.initial
+            or leader.cancel.is_set()
+            or leader.consecutive_failures
+        ):
+            return False
+        others = [self.flows.get(m.name) for m in self.plan.active[1:]]
+        if not all(
+            f is not None and f.alive and not f.cancel.is_set() and not f.initial
+            and f.lane is None
+            for f in others
+        ):
+            return False
+        groups = deal_in_rounds(
+            self._lead_todo, len(self.plan.active), self.cfg.round_block_bytes,
+            self.cfg.max_rounds,
+        )
+        first = groups[0].first()
+        if first is None or first[0] != 0 or cut > first[1]:
+            return False
+        groups[0].remove(*first)
+        leader.initial = groups[0]
+        for f, g in zip(others, groups[1:], strict=True):
+            f.initial = g  # type: ignore[union-attr]
+        lane.end.lower_to(first[1])
+        lane.owned_end = first[1]
+        return True
 
     def _start_flow(self, src: MirrorSource, role: Literal["active", "backup"]) -> Flow:
         stats = MirrorStats(name=src.name, url=src.url, role=role, state="connecting")

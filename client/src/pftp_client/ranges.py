@@ -172,6 +172,19 @@ def split_evenly(todo: RangeSet, parts: int) -> list[RangeSet]:
     return groups
 
 
+# The engine's defaults for deal_in_rounds (EngineConfig.round_block_bytes, max_rounds).
+ROUND_BLOCK_BYTES = 256 << 20
+MAX_ROUNDS = 8
+
+
+def first_offsets(size: int, parts: int) -> list[int | None]:
+    """Where each flow's first block starts when a whole file is dealt with the
+    engine's defaults (None: no block). The entry point's head start begins each
+    mirror's transfer there (early.py)."""
+    groups = deal_in_rounds(RangeSet([(0, size)]), parts, ROUND_BLOCK_BYTES, MAX_ROUNDS)
+    return [next(iter(g))[0] if g else None for g in groups]
+
+
 def deal_in_rounds(
     todo: RangeSet, parts: int, block_bytes: int, max_rounds: int
 ) -> list[RangeSet]:

@@ -148,3 +148,35 @@ def test_close_with_an_unread_head_releases_everything(recording_server) -> None
     assert not head._thread.is_alive()
     with pytest.raises(OSError):
         os.fstat(head._wake_r)  # the wake-up pipe is closed too
+
+
+def test_a_head_at_an_offset_needs_rest_checked_and_is_taken_there(recording_server) -> None:
+    from pftp_client.transports.base import RangeNotHonoured
+
+    data = os.urandom(1_500_000)
+    recording_server.put("f.bin", data)
+    with FtpFetcher(recording_server.url("f.bin")) as f:
+        with pytest.raises(RangeNotHonoured):
+            f.start_head(500_000)  # REST not checked yet: its data could not be trusted
+        f.prepare(threading.Event())
+        f.start_head(500_000, limit=64 * 1024)
+        progress = f.head_progress()
+        assert progress is not None and progress[0] <= time.monotonic()
+        _wait_buffered(f, 64 * 1024)
+        requested_at, samples, rtt = f.head_progress()
+        assert samples[-1][1] == 64 * 1024 and samples[0][0] >= requested_at
+        assert rtt is None or 0 < rtt < 1.0  # the control connection's smoothed RTT
+        got = bytearray()
+        retrs = Recording.commands.count("RETR")
+        n = f.fetch(500_000, RangeEnd(900_000), lambda p, b, t: got.extend(b), threading.Event())
+        assert n == 400_000 and bytes(got) == data[500_000:900_000]
+        assert Recording.commands.count("RETR") == retrs  # the head's own RETR served it
+        assert f.head_progress() is None
+
+
+def test_a_head_past_the_end_is_not_started(recording_server) -> None:
+    recording_server.put("f.bin", b"x" * 1000)
+    with FtpFetcher(recording_server.url("f.bin")) as f:
+        f.prepare(threading.Event())
+        f.start_head(1000)
+        assert f.head_progress() is None

@@ -54,7 +54,7 @@ from pftp_client.transports.base import (
     TransferError,
     TransientError,
 )
-from pftp_client.transports.window import committed_bytes, received_bytes
+from pftp_client.transports.window import committed_bytes, received_bytes, smoothed_rtt
 
 __all__ = ["FtpFetcher", "FtpReply", "FtpTarget", "ftp_target", "parse_epsv", "parse_pasv"]
 
@@ -312,10 +312,11 @@ class _HeadReader:
     then stalls for a retransmission timeout (seen in the lab: 0.3-0.7 s)."""
 
     def __init__(
-        self, ctrl: _Control, data: socket.socket, limit: int, requested_at: float
+        self, ctrl: _Control, data: socket.socket, offset: int, limit: int, requested_at: float
     ) -> None:
         self.ctrl = ctrl
         self.data = data
+        self.offset = offset  # of the stream's first byte
         self.requested_at = requested_at  # time.monotonic() when RETR went out
         self.buf = bytearray(limit)
         self.marks: list[tuple[int, int]] = []  # (end of a receive in buf, arrival_ns)
@@ -419,8 +420,8 @@ class FtpFetcher:
             raise Cancelled("cancelled before the transfer started")
         if offset >= end.value:
             return 0
-        head = self._take_head() if offset == 0 else None
-        if head is not None:
+        head = self._head
+        if head is not None and head.offset == offset and self._take_head() is head:
             return self._fetch_head(head, end, sink, cancel)
         if offset > 0:
             self._require_rest(cancel)
@@ -432,23 +433,40 @@ class FtpFetcher:
         delivered, _eof = self._receive(ctrl, data, offset, end, sink, cancel)
         return delivered
 
-    def start_head(self, limit: int = HEAD_BUFFER_BYTES) -> None:
-        """Start the transfer from byte 0 now, ahead of its fetch: up to ``limit``
-        bytes are read into memory meanwhile, and the first ``fetch`` at offset 0
-        takes the transfer over. Any other use of the connection aborts it
-        first. For the entry point's head start (pftp_client.early): the data
-        flows while the engine's modules load."""
+    def start_head(self, offset: int = 0, limit: int = HEAD_BUFFER_BYTES) -> None:
+        """Start the transfer from ``offset`` now, ahead of its fetch: up to ``limit``
+        bytes are read into memory meanwhile, and the first ``fetch`` at that offset
+        takes the transfer over. Any other use of the connection aborts it first.
+        For the entry point's head start (pftp_client.early): the data flows while
+        the engine's modules load. An offset past 0 needs REST checked first
+        (``prepare``), or the data would not be trusted."""
         if self._head is not None:
             return
-        if self._known_size(passive=True) == 0:  # (the passive port rides with SIZE)
+        size = self._known_size(passive=True)  # (the passive port rides with SIZE)
+        if size == 0 or (size is not None and offset >= size):
             return  # nothing to send
+        if offset > 0 and not self._rest_honoured:
+            raise RangeNotHonoured(f"{self._where()}: REST not checked before a head start")
         requested_at = time.monotonic()
-        ctrl, data = self._with_reconnect(lambda c: self._start_retr(c, 0))
+        ctrl, data = self._with_reconnect(lambda c: self._start_retr(c, offset))
         with self._lock:
             if self._closed:
                 _rst_close(data)
                 return
-            self._head = _HeadReader(ctrl, data, limit, requested_at)
+            self._head = _HeadReader(ctrl, data, offset, limit, requested_at)
+
+    def head_progress(self) -> tuple[float, list[tuple[float, int]], float | None] | None:
+        """While a head transfer waits for its fetch: (time.monotonic() of its RETR,
+        [(arrival time, bytes so far)], the control connection's smoothed RTT in
+        seconds or None); None otherwise. Thread-safe."""
+        head = self._head
+        if head is None:
+            return None
+        try:
+            rtt = smoothed_rtt(head.ctrl.sock)
+        except OSError:
+            rtt = None
+        return head.requested_at, [(t / 1e9, n) for n, t in list(head.marks)], rtt
 
     def _take_head(self) -> _HeadReader | None:
         with self._lock:
@@ -476,25 +494,27 @@ class FtpFetcher:
                 data.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
         # For the engine's lead judge: this flow's arrivals before the fetch.
         self.head_history = (head.requested_at, [(t / 1e9, n) for n, t in head.marks])
-        pos = 0
+        base = head.offset
+        done = 0  # bytes of the buffer delivered
         view = memoryview(head.buf)
         try:
             for stop, arrival_ns in head.marks:
                 if cancel.is_set() or self._closed:
-                    raise Cancelled(f"{self._where()}: cancelled at byte {pos}")
-                got = end.deliver(sink, pos, view[pos:stop], arrival_ns)
-                pos += got
-                if pos < stop:  # the end was lowered below what was read
+                    raise Cancelled(f"{self._where()}: cancelled at byte {base + done}")
+                done += end.deliver(sink, base + done, view[done:stop], arrival_ns)
+                if done < stop:  # the end was lowered below what was read
                     self._abort(ctrl, data, prepare_next=True)
-                    return pos
+                    return done
         except BaseException:
             self._abort(ctrl, data)
             raise
         finally:
             view.release()
             head.buf = bytearray()
-        delivered, _eof = self._receive(ctrl, data, pos, end, sink, cancel, stream_start=0)
-        return pos + delivered
+        delivered, _eof = self._receive(
+            ctrl, data, base + done, end, sink, cancel, stream_start=base
+        )
+        return done + delivered
 
     def committed_end(self, rate: float | None = None) -> int | None:
         """The file offset up to which the server is most likely sending already

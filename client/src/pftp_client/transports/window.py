@@ -25,10 +25,11 @@ import socket
 import struct
 import termios
 
-__all__ = ["committed_bytes", "queued_bytes", "received_bytes"]
+__all__ = ["committed_bytes", "queued_bytes", "received_bytes", "smoothed_rtt"]
 
 # struct tcp_info: tcpi_rcv_rtt (microseconds, the receiver's own RTT estimate) and
 # tcpi_rcv_wnd (Linux >= 6.2, after tcpi_snd_wnd at offset 228).
+_TCPI_RTT_OFFSET = 68  # tcpi_rtt: the smoothed RTT of what we sent (microseconds)
 _TCPI_RCV_RTT_OFFSET = 92
 _TCPI_BYTES_RECEIVED_OFFSET = 128  # u64, Linux >= 4.1
 _TCPI_RCV_WND_OFFSET = 232
@@ -52,6 +53,17 @@ def received_bytes(sock: socket.socket) -> int | None:
     if len(info) < _TCPI_BYTES_RECEIVED_OFFSET + 8:
         return None
     return int(struct.unpack_from("Q", info, _TCPI_BYTES_RECEIVED_OFFSET)[0])
+
+
+def smoothed_rtt(sock: socket.socket) -> float | None:
+    """The kernel's smoothed RTT of the connection in seconds (``tcpi_rtt``), None
+    before it has one. On an FTP control connection every command's reply
+    refines it. Raises OSError on a closed socket."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
+    if len(info) < _TCPI_RTT_OFFSET + 4:
+        return None
+    rtt_us = struct.unpack_from("I", info, _TCPI_RTT_OFFSET)[0]
+    return rtt_us / 1e6 if rtt_us else None
 
 
 def _window_and_rtt(sock: socket.socket) -> tuple[int, float | None]:
