@@ -193,3 +193,32 @@ def test_a_first_mirror_that_fills_the_access_link_starts_no_other(
     probes = [early._probes[u] for u in urls]
     assert [_head_offset(p) for p in probes] == [0, None, None]
     assert all(p.result()[1]._rest_honoured for p in probes[1:])  # REST checked early
+
+
+def test_a_first_mirror_short_of_the_link_starts_the_others_and_the_release_uses_them(
+    start_pyftpd, tmp_path: Path, clean_early, monkeypatch
+) -> None:
+    """Lead start with a link far faster than one loopback flow: the early verdict
+    starts every mirror at its block, the engine's release deals as an even start
+    (engine._deal_as_even_start), and each of those transfers is taken over."""
+    from pftp_client import download
+    from pftp_client.ranges import first_offsets
+
+    monkeypatch.setenv("PFTP_ACCESS_BANDWIDTH", "1000G")
+    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
+    data = os.urandom(24_000_000)
+    urls = _three_mirrors(start_pyftpd, data)
+    early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
+    probes = [early._probes[u] for u in urls]
+    assert [_head_offset(p) for p in probes] == first_offsets(len(data), 3)
+    fetchers = [p.result()[1] for p in probes]
+    summary = download(mirrors=urls, output=tmp_path / "f.bin", timeout=30.0,
+                       access_bandwidth_bps=1000 * 10**9,
+                       sha256=hashlib.sha256(data).hexdigest(), congestion="off")
+    assert summary.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
+    # each head was taken over by a fetch (not aborted), on its first connection
+    assert all(f._head is None and f.head_history is not None for f in fetchers)
+    assert all(f.reconnects == 0 for f in fetchers)
+    # released at the engine's first judgement (its arrivals came with the head):
+    # every mirror served its blocks
+    assert all(m.bytes > 0 for m in summary.mirrors)

@@ -7,8 +7,10 @@ byte arrives ~15 ms after exec (notes/head-start.md). So the entry point
 first: connect and log in to each mirror, ask for the size, and on the first
 mirror start the transfer from byte 0. That is where the first flow begins in
 every plan dealt from scratch: the leader of a lead start gets the whole file,
-and the first of an even start gets the first block. Its data waits in the
-socket buffer until the engine reads it, while the engine's modules load.
+and the first of an even start gets the first block. Its data is read into
+memory (FtpFetcher.start_head) until the engine takes the transfer over, while
+the engine's modules load. The other mirrors check REST, and start at their
+first block when the engine will deal evenly (EarlyProbe).
 
 ``download()`` takes these probes over (``take``) instead of starting its own.
 It discards them when it ends up not needing them (a coordinator's plan, another
