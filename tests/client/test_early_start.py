@@ -153,6 +153,20 @@ def _three_mirrors(start_pyftpd, data: bytes) -> list[str]:
     return [s.url("f.bin") for s in (first, *others)]
 
 
+def _start_early(start_pyftpd, tmp_path: Path, monkeypatch, access: str | None,
+                 data: bytes) -> tuple[list[str], list[early.EarlyProbe]]:
+    """Three mirrors of ``data``, the early probes of `pftp get --mirror` x3 started
+    with that access bandwidth configured (None: none) and no config file."""
+    if access is None:
+        monkeypatch.delenv("PFTP_ACCESS_BANDWIDTH", raising=False)
+    else:
+        monkeypatch.setenv("PFTP_ACCESS_BANDWIDTH", access)
+    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
+    urls = _three_mirrors(start_pyftpd, data)
+    early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
+    return urls, [early._probes[u] for u in urls]
+
+
 def _head_offset(probe: early.EarlyProbe) -> int | None:
     fetcher = probe.result()[1]
     head = fetcher._head if fetcher is not None else None
@@ -167,12 +181,8 @@ def test_without_an_access_bandwidth_every_mirror_starts_at_its_block(
     from pftp_client import download
     from pftp_client.ranges import first_offsets
 
-    monkeypatch.delenv("PFTP_ACCESS_BANDWIDTH", raising=False)
-    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
     data = os.urandom(3_000_001)
-    urls = _three_mirrors(start_pyftpd, data)
-    early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
-    probes = [early._probes[u] for u in urls]
+    urls, probes = _start_early(start_pyftpd, tmp_path, monkeypatch, None, data)
     assert [_head_offset(p) for p in probes] == first_offsets(len(data), 3)
     summary = download(mirrors=urls, output=tmp_path / "f.bin", timeout=30.0,
                        sha256=hashlib.sha256(data).hexdigest(), congestion="off")
@@ -186,11 +196,7 @@ def test_a_first_mirror_that_fills_the_access_link_starts_no_other(
 ) -> None:
     """With lead start (an access bandwidth configured) the others start early only
     when the first mirror's transfer falls short of the link; here it fills it."""
-    monkeypatch.setenv("PFTP_ACCESS_BANDWIDTH", "100k")
-    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
-    urls = _three_mirrors(start_pyftpd, os.urandom(3_000_000))
-    early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
-    probes = [early._probes[u] for u in urls]
+    _, probes = _start_early(start_pyftpd, tmp_path, monkeypatch, "100k", os.urandom(3_000_000))
     assert [_head_offset(p) for p in probes] == [0, None, None]
     assert all(p.result()[1]._rest_honoured for p in probes[1:])  # REST checked early
 
@@ -204,12 +210,8 @@ def test_a_first_mirror_short_of_the_link_starts_the_others_and_the_release_uses
     from pftp_client import download
     from pftp_client.ranges import first_offsets
 
-    monkeypatch.setenv("PFTP_ACCESS_BANDWIDTH", "1000G")
-    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
     data = os.urandom(24_000_000)
-    urls = _three_mirrors(start_pyftpd, data)
-    early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
-    probes = [early._probes[u] for u in urls]
+    urls, probes = _start_early(start_pyftpd, tmp_path, monkeypatch, "1000G", data)
     assert [_head_offset(p) for p in probes] == first_offsets(len(data), 3)
     fetchers = [p.result()[1] for p in probes]
     summary = download(mirrors=urls, output=tmp_path / "f.bin", timeout=30.0,
