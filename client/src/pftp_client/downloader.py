@@ -384,6 +384,13 @@ def download(
             )
 
     fetcher_cache: dict[str, list[RangeFetcher]] = {}
+    starting: dict[str, early.EarlyProbe] = {}
+    if plan is not None and plan.portions and open_fetcher is default_open_fetcher:
+        # Each mirror's transfer starts at its portion while the engine's modules load.
+        for probe in early.start_portions(
+            [(p.mirror.url, p.start) for p in plan.portions if p.end > p.start], timeout
+        ):
+            starting.setdefault(probe.url, probe)
     if plan is None:
         probes = _start_probes([*urls, *spare], open_fetcher, timeout)
         start_background()
@@ -424,12 +431,16 @@ def download(
             detector_factory=detector_factory,
             congestion=congestion,
             capture_permitted=capture_check.result if capture_check is not None else None,
-            open_fetcher=_cached_opener(open_fetcher, fetcher_cache),
+            open_fetcher=_cached_opener(
+                open_fetcher, fetcher_cache, starting, plan.file.size
+            ),
             coordinator=used_coordinator if report else None,
             access_bw=bw,
             t0=t0,
         )
     finally:
+        for probe in starting.values():  # not asked for by any flow
+            probe.discard()
         _close_cache(fetcher_cache)
 
 
@@ -441,16 +452,29 @@ def check_url_or_usage(url: str) -> str:
 
 
 def _cached_opener(
-    open_fetcher: Callable[..., RangeFetcher], cache: dict[str, list[RangeFetcher]]
+    open_fetcher: Callable[..., RangeFetcher],
+    cache: dict[str, list[RangeFetcher]],
+    starting: dict[str, early.EarlyProbe] | None = None,
+    size: int = 0,
 ) -> Callable[..., RangeFetcher]:
+    """Hands out the probes' connections first. ``starting``: connections still
+    being made (early.start_portions); the flow that asks waits for its own, which
+    is never later than making a new one."""
     lock = threading.Lock()
+    starting = starting if starting is not None else {}
 
     def opener(url: str, **kw: Any) -> RangeFetcher:
         with lock:
-            pending = cache.get(url)
-            if pending:
-                return pending.pop()
-        return open_fetcher(url, **kw)
+            ready = cache.get(url)
+            f = ready.pop() if ready else None
+            probe = starting.pop(url, None) if f is None else None
+        if probe is not None:
+            f = probe.take(size)
+        if f is None:
+            return open_fetcher(url, **kw)
+        if "stall_timeout" in kw and hasattr(f, "stall_timeout"):
+            f.stall_timeout = kw["stall_timeout"]  # (probed before the engine's settings)
+        return f
 
     return opener
 

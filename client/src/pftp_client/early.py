@@ -51,7 +51,7 @@ _SWITCH_INTERVAL_S = 0.0005
 
 _lock = threading.Lock()
 _probes: dict[str, EarlyProbe] = {}  # not taken yet
-_started: list[EarlyProbe] = []
+_started: list[EarlyProbe] = []  # still running
 
 
 def mirror_urls(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
@@ -105,13 +105,14 @@ class EarlyProbe:
 
     def __init__(
         self, url: str, timeout: float, slot: int | None, slots: int,
-        leader: EarlyProbe | None = None,
+        leader: EarlyProbe | None = None, at: int | None = None,
     ) -> None:
         self.url = url
         self.timeout = timeout
         self.slot = slot  # place among the --mirror URLs (None: a backup)
         self.slots = slots
-        self.head = slot == 0
+        self.at = at  # where the coordinator's portion starts (start_portions)
+        self.head = slot == 0 or at == 0
         self.leader = leader
         self._done = threading.Event()
         self._value: tuple[str, Any, int | None, str] = (url, None, None, "not finished")
@@ -153,7 +154,10 @@ class EarlyProbe:
             # path of the first request (a standby's join, an even start's block).
             try:
                 f.prepare(threading.Event())
-                self._guess_head(f, size)
+                if self.at:
+                    f.start_head(self.at)
+                else:
+                    self._guess_head(f, size)
             except (TransferError, OSError) as exc:
                 # kept in the fetcher (a server ignoring REST) or asked again
                 logging.getLogger(__name__).debug("%s: REST check: %s", self.url, exc)
@@ -182,6 +186,17 @@ class EarlyProbe:
         if not access_bps:
             return True  # an even start
         return self.leader is not None and self.leader.falls_short(access_bps / 8)
+
+    def take(self, size: int) -> Any:
+        """The fetcher once the probe has ended, if it found a file of ``size``
+        bytes; None otherwise (its connection closed). Waits as long as the
+        probe's own timeouts let it, as a new connection would."""
+        self._done.wait()
+        _url, f, got, _err = self._value
+        if f is not None and (self._error is not None or got != size):
+            f.close()
+            return None
+        return f
 
     def falls_short(self, access_Bps: float) -> bool:
         """Waits for this (the first) mirror's head transfer to show that it falls
@@ -237,9 +252,11 @@ _saved_interval: float | None = None
 
 
 def _restore_switch_interval() -> None:
+    """When no early probe runs any more: the interpreter's own switch interval."""
     global _saved_interval
     with _lock:
-        if _saved_interval is not None and all(p._done.is_set() for p in _started):
+        _started[:] = [p for p in _started if not p._done.is_set()]
+        if _saved_interval is not None and not _started:
             sys.setswitchinterval(_saved_interval)
             _saved_interval = None
 
@@ -276,6 +293,25 @@ def start(argv: Sequence[str]) -> int:
             _probes[url] = probe
             _started.append(probe)
         return len(_probes)
+
+
+def start_portions(portions: Sequence[tuple[str, int]], timeout: float) -> list[EarlyProbe]:
+    """For a coordinator's plan: connect to each FTP mirror and start its transfer at
+    the start of its portion ((url, start) pairs), while the engine's modules load.
+    download() hands each to the flow that asks for that mirror (``take``)."""
+    global _saved_interval
+    with _lock:
+        started = []
+        for url, start in portions:
+            if not url.lower().startswith("ftp://"):
+                continue
+            if _saved_interval is None:
+                _saved_interval = sys.getswitchinterval()
+                sys.setswitchinterval(_SWITCH_INTERVAL_S)
+            probe = EarlyProbe(url, timeout, None, 0, at=start)
+            _started.append(probe)
+            started.append(probe)
+        return started
 
 
 def take(url: str, timeout: float) -> EarlyProbe | None:

@@ -598,3 +598,34 @@ def test_large_file_blocks_dealt_in_rounds(tmp_path, ftp_mirrors):
     _assert_clean(tmp_path / "f.bin", data)
     assert s.sha256_verified and s.duplicate_bytes <= len(data) // 100
     assert sum(x.bytes for x in s.mirrors) == len(data)
+
+
+def test_coordinated_transfers_start_while_the_engine_loads(
+    tmp_path, ftp_mirrors, canned_coordinator, monkeypatch
+):
+    """On a coordinator's plan each FTP mirror's transfer starts at its portion
+    before the engine runs (early.start_portions), and the engine's first request
+    on that mirror takes it over."""
+    from pftp_client import early
+
+    started: list[early.EarlyProbe] = []
+    real = early.start_portions
+
+    def spy(portions, timeout):
+        started.extend(real(portions, timeout))
+        return started[-len(portions):]
+
+    monkeypatch.setattr(early, "start_portions", spy)
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    m = ftp_mirrors({"f.bin": data}, 3)
+    coord = canned_coordinator(200, _answer(data, [x.url("f.bin") for x in m]))
+    s = download("f.bin", coordinator=coord.url, output=tmp_path / "f.bin", config=FAST,
+                 access_bandwidth_bps=None)
+    _assert_clean(tmp_path / "f.bin", data)
+    assert s.mode == "coordinated" and len(started) == 3
+    assert sorted(p.at for p in started) == sorted(
+        a["offset"] for a in _answer(data, [x.url("f.bin") for x in m])["assignments"]
+    )
+    fetchers = [p.result()[1] for p in started]
+    assert all(f is not None and f.head_history is not None for f in fetchers)
+    assert all(f.reconnects == 0 for f in fetchers)
