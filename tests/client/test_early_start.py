@@ -224,3 +224,33 @@ def test_a_first_mirror_short_of_the_link_starts_the_others_and_the_release_uses
     # released at the engine's first judgement (its arrivals came with the head):
     # every mirror served its blocks
     assert all(m.bytes > 0 for m in summary.mirrors)
+
+
+def test_a_mirror_that_ignores_rest_gets_no_early_transfer_and_writes_nothing_wrong(
+    start_pyftpd, tmp_path: Path, clean_early, monkeypatch
+) -> None:
+    """The early REST check catches a server that answers 350 and sends from byte 0:
+    no transfer is started there, and the download (even start: no access bandwidth)
+    still verifies, the other mirrors taking that mirror's blocks."""
+    from pftp_client import download
+    from pyftpdlib.handlers import FTPHandler
+
+    class IgnoresRest(FTPHandler):
+        def ftp_REST(self, line: str) -> None:
+            self.respond(f"350 Restarting at position {line}.")
+
+    monkeypatch.delenv("PFTP_ACCESS_BANDWIDTH", raising=False)
+    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
+    data = os.urandom(2_000_003)
+    good = start_pyftpd()
+    good.put("f.bin", data)
+    liar = start_pyftpd(handler=IgnoresRest, root=good.root)
+    urls = [good.url("f.bin"), liar.url("f.bin")]
+    early.start(["get", "--mirror", urls[0], "--mirror", urls[1]])
+    probe = early._probes[urls[1]]
+    fetcher = probe.result()[1]
+    assert fetcher is not None and fetcher._rest_honoured is False
+    assert fetcher.head_progress() is None
+    summary = download(mirrors=urls, output=tmp_path / "f.bin", timeout=30.0,
+                       sha256=hashlib.sha256(data).hexdigest(), congestion="off")
+    assert summary.sha256_verified and (tmp_path / "f.bin").read_bytes() == data

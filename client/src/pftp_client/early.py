@@ -137,30 +137,32 @@ class EarlyProbe:
             f = FtpFetcher(self.url, timeout=self.timeout)
         except (TransferError, ValueError, OSError) as exc:
             return self.url, None, None, str(exc)
-        if self.head:
-            try:
-                f.start_head()  # asks the size on the way
-            except (TransferError, OSError) as exc:
-                # size() below or the first fetch asks again and reports it
-                logging.getLogger(__name__).debug("%s: no head start: %s", self.url, exc)
+        try:
+            if self.head:
+                f.start_head()
+            else:
+                # Every mirror but the first starts at an offset: its first request
+                # checks that REST works. Done now, it is off the path of that
+                # request (a standby's join, an even start's block).
+                f.prepare(threading.Event())
+            # (either asks the size on the way, its passive port in the same write)
+        except (TransferError, OSError) as exc:
+            # a server ignoring REST is remembered by the fetcher; anything else,
+            # size() below or the first fetch asks again and reports
+            logging.getLogger(__name__).debug("%s: %s", self.url, exc)
         try:
             size = f.size()
         except (TransferError, OSError) as exc:
             f.close()
             return self.url, None, None, str(exc)
         if not self.head and size:
-            # Every mirror but the first starts at an offset: its first request
-            # checks that REST works (FtpFetcher.prepare). Done now, it is off the
-            # path of the first request (a standby's join, an even start's block).
             try:
-                f.prepare(threading.Event())
                 if self.at:
                     f.start_head(self.at)
                 else:
                     self._guess_head(f, size)
             except (TransferError, OSError) as exc:
-                # kept in the fetcher (a server ignoring REST) or asked again
-                logging.getLogger(__name__).debug("%s: REST check: %s", self.url, exc)
+                logging.getLogger(__name__).debug("%s: no transfer ahead: %s", self.url, exc)
         return self.url, f, size, ""
 
     def _guess_head(self, f: Any, size: int) -> None:
