@@ -254,3 +254,21 @@ def test_a_mirror_that_ignores_rest_gets_no_early_transfer_and_writes_nothing_wr
     summary = download(mirrors=urls, output=tmp_path / "f.bin", timeout=30.0,
                        sha256=hashlib.sha256(data).hexdigest(), congestion="off")
     assert summary.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
+
+
+def test_the_early_parser_knows_every_option_of_get() -> None:
+    """early.mirror_urls reads `pftp get` without argparse (its import is on the way to
+    the first connect); its option lists must stay those of cli.build_parser."""
+    import argparse
+
+    from pftp_client.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    get = sub.choices["get"]
+    with_value, flags = set(), set()
+    for action in get._actions:
+        if not action.option_strings or isinstance(action, argparse._HelpAction):
+            continue
+        (flags if action.nargs == 0 else with_value).update(action.option_strings)
+    assert with_value == early._WITH_VALUE
+    assert flags == early._FLAGS

@@ -253,6 +253,16 @@ class EarlyProbe:
 _saved_interval: float | None = None
 
 
+def _launch(probe: EarlyProbe) -> EarlyProbe:
+    """Lock held: count ``probe`` as running; while any runs, the short switch interval."""
+    global _saved_interval
+    if _saved_interval is None:
+        _saved_interval = sys.getswitchinterval()
+        sys.setswitchinterval(_SWITCH_INTERVAL_S)
+    _started.append(probe)
+    return probe
+
+
 def _restore_switch_interval() -> None:
     """When no early probe runs any more: the interpreter's own switch interval."""
     global _saved_interval
@@ -267,7 +277,6 @@ def start(argv: Sequence[str]) -> int:
     """Start the probes (and the first mirror's head transfer) for ``pftp get
     argv`` when it is a mirror-only download over FTP. Returns how many started.
     Nothing is reported here: download() reports what its probes found."""
-    global _saved_interval
     parsed = mirror_urls(argv)
     if parsed is None:
         return 0
@@ -285,15 +294,11 @@ def start(argv: Sequence[str]) -> int:
         for url in urls:
             if url in _probes or not url.lower().startswith("ftp://"):
                 continue  # (a malformed URL fails in its probe, as in download()'s)
-            if _saved_interval is None:
-                _saved_interval = sys.getswitchinterval()
-                sys.setswitchinterval(_SWITCH_INTERVAL_S)
             slot = mirrors.index(url) if url in mirrors else None
-            probe = EarlyProbe(url, DEFAULT_TIMEOUT_S, slot, len(mirrors), leader)
+            probe = _launch(EarlyProbe(url, DEFAULT_TIMEOUT_S, slot, len(mirrors), leader))
             if slot == 0:
                 leader = probe
             _probes[url] = probe
-            _started.append(probe)
         return len(_probes)
 
 
@@ -301,19 +306,12 @@ def start_portions(portions: Sequence[tuple[str, int]], timeout: float) -> list[
     """For a coordinator's plan: connect to each FTP mirror and start its transfer at
     the start of its portion ((url, start) pairs), while the engine's modules load.
     download() hands each to the flow that asks for that mirror (``take``)."""
-    global _saved_interval
     with _lock:
-        started = []
-        for url, start in portions:
-            if not url.lower().startswith("ftp://"):
-                continue
-            if _saved_interval is None:
-                _saved_interval = sys.getswitchinterval()
-                sys.setswitchinterval(_SWITCH_INTERVAL_S)
-            probe = EarlyProbe(url, timeout, None, 0, at=start)
-            _started.append(probe)
-            started.append(probe)
-        return started
+        return [
+            _launch(EarlyProbe(url, timeout, None, 0, at=start))
+            for url, start in portions
+            if url.lower().startswith("ftp://")
+        ]
 
 
 def take(url: str, timeout: float) -> EarlyProbe | None:

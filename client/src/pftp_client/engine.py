@@ -565,12 +565,16 @@ class DownloadEngine:
             self._log(f"{lead.name} leads alone at first; {names} stand by until it shows whether "
                       f"it fills the {self.cfg.access_bps / 1e6:.2f} Mbit/s access link")
         else:
-            groups = deal_in_rounds(
-                todo, max(1, len(self.plan.active)), self.cfg.round_block_bytes,
-                self.cfg.max_rounds,
-            )
-            for src, g in zip(self.plan.active, groups, strict=True):
+            for src, g in zip(self.plan.active, self._even_groups(todo), strict=True):
                 self._initial_for[src.name] = g
+
+    def _even_groups(self, todo: RangeSet) -> list[RangeSet]:
+        """An even start's work for each active mirror, in plan order (also what
+        ranges.first_offsets, and so the entry point's early transfers, expect)."""
+        return deal_in_rounds(
+            todo, max(1, len(self.plan.active)), self.cfg.round_block_bytes,
+            self.cfg.max_rounds,
+        )
 
     def _lead_applies(self, todo: RangeSet) -> bool:
         return bool(
@@ -658,14 +662,10 @@ class DownloadEngine:
         history = getattr(leader.fetcher, "head_history", None)
         if history is None or self._clock is not time.monotonic:  # (another time scale)
             return
-        requested, marks = history
+        requested, arrivals = history  # (thinned like live samples: one per 5 ms)
         self._lead_head_at = requested
         first = self._lead_samples[0][0] if self._lead_samples else float("inf")
-        seeded: list[tuple[float, int]] = []
-        for t, got in marks:  # thinned like live samples (one per 5 ms at most)
-            if t < first and (not seeded or t - seeded[-1][0] >= 0.005):
-                seeded.append((t, got))
-        self._lead_samples[:0] = seeded
+        self._lead_samples[:0] = [a for a in arrivals if a[0] < first]
 
     def _release_standbys(self, why: str, *, leader_shares: bool = True) -> None:
         """Lock held: everyone works from now on. What the leader has not reached
@@ -752,10 +752,7 @@ class DownloadEngine:
             for f in others
         ):
             return False
-        groups = deal_in_rounds(
-            self._lead_todo, len(self.plan.active), self.cfg.round_block_bytes,
-            self.cfg.max_rounds,
-        )
+        groups = self._even_groups(self._lead_todo)
         first = groups[0].first()
         if first is None or first[0] != 0 or cut > first[1]:
             return False

@@ -345,6 +345,17 @@ class _HeadReader:
         finally:
             view.release()
 
+    def arrivals(self, min_gap_s: float = 0.005) -> list[tuple[float, int]]:
+        """(time.monotonic() of a receive, bytes so far), at most one per
+        ``min_gap_s``, the last receive always included: the lead judge's samples."""
+        out: list[tuple[float, int]] = []
+        marks = list(self.marks)  # (appended to by the reader thread)
+        for i, (got, t_ns) in enumerate(marks):
+            t = t_ns / 1e9
+            if not out or t - out[-1][0] >= min_gap_s or i == len(marks) - 1:
+                out.append((t, got))
+        return out
+
     def stop(self) -> None:
         """Stop reading (at once: the reader waits on the wake-up pipe too)."""
         os.write(self._wake_w, b"x")
@@ -466,7 +477,7 @@ class FtpFetcher:
             rtt = smoothed_rtt(head.ctrl.sock)
         except OSError:
             rtt = None
-        return head.requested_at, [(t / 1e9, n) for n, t in list(head.marks)], rtt
+        return head.requested_at, head.arrivals(), rtt
 
     def _take_head(self) -> _HeadReader | None:
         with self._lock:
@@ -484,7 +495,7 @@ class FtpFetcher:
     def _fetch_head(
         self, head: _HeadReader, end: RangeEnd, sink: DataSink, cancel: threading.Event
     ) -> int:
-        """``fetch`` from 0 over the head transfer: what it read first, then the rest
+        """``fetch`` at the head transfer's offset: what it read first, then the rest
         of the stream."""
         ctrl, data = head.ctrl, head.data
         if self.kernel_timestamps:
@@ -493,7 +504,7 @@ class FtpFetcher:
             with contextlib.suppress(OSError):
                 data.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
         # For the engine's lead judge: this flow's arrivals before the fetch.
-        self.head_history = (head.requested_at, [(t / 1e9, n) for n, t in head.marks])
+        self.head_history = (head.requested_at, head.arrivals())
         base = head.offset
         done = 0  # bytes of the buffer delivered
         view = memoryview(head.buf)
@@ -569,9 +580,8 @@ class FtpFetcher:
         with self._lock:
             self._closed = True
             ctrl, self._ctrl = self._ctrl, None
-            head, self._head = self._head, None
+        head = self._take_head()
         if head is not None:
-            head.stop()
             _rst_close(head.data)
         if ctrl is not None:
             try:

@@ -44,25 +44,30 @@ def queued_bytes(sock: socket.socket) -> int:
     return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
 
 
+def _tcp_info(sock: socket.socket) -> bytes:
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
+
+
+def _field(info: bytes, offset: int, fmt: str) -> int | None:
+    """A ``struct tcp_info`` field, None where this kernel's struct is too short."""
+    if len(info) < offset + struct.calcsize(fmt):
+        return None
+    return int(struct.unpack_from(fmt, info, offset)[0])
+
+
 def received_bytes(sock: socket.socket) -> int | None:
     """Bytes the kernel has received in order on this connection, read or not
     (``tcpi_bytes_received``); None where the kernel does not report it. Unlike
     what the application has read, it does not lag when the reading thread waits
     for the CPU. Raises OSError on a closed socket."""
-    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
-    if len(info) < _TCPI_BYTES_RECEIVED_OFFSET + 8:
-        return None
-    return int(struct.unpack_from("Q", info, _TCPI_BYTES_RECEIVED_OFFSET)[0])
+    return _field(_tcp_info(sock), _TCPI_BYTES_RECEIVED_OFFSET, "Q")
 
 
 def smoothed_rtt(sock: socket.socket) -> float | None:
     """The kernel's smoothed RTT of the connection in seconds (``tcpi_rtt``), None
     before it has one. On an FTP control connection every command's reply
     refines it. Raises OSError on a closed socket."""
-    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
-    if len(info) < _TCPI_RTT_OFFSET + 4:
-        return None
-    rtt_us = struct.unpack_from("I", info, _TCPI_RTT_OFFSET)[0]
+    rtt_us = _field(_tcp_info(sock), _TCPI_RTT_OFFSET, "I")
     return rtt_us / 1e6 if rtt_us else None
 
 
@@ -70,13 +75,10 @@ def _window_and_rtt(sock: socket.socket) -> tuple[int, float | None]:
     """The window last advertised (``tcpi_rcv_wnd`` where the kernel reports it,
     otherwise the receive buffer's size, which bounds it) and the receive RTT
     in seconds (None before the kernel has measured one)."""
-    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
-    rtt_us = 0
-    if len(info) >= _TCPI_RCV_RTT_OFFSET + 4:
-        rtt_us = struct.unpack_from("I", info, _TCPI_RCV_RTT_OFFSET)[0]
-    if len(info) >= _TCPI_RCV_WND_OFFSET + 4:
-        window = struct.unpack_from("I", info, _TCPI_RCV_WND_OFFSET)[0]
-    else:
+    info = _tcp_info(sock)
+    rtt_us = _field(info, _TCPI_RCV_RTT_OFFSET, "I")
+    window = _field(info, _TCPI_RCV_WND_OFFSET, "I")
+    if window is None:
         window = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
     return window, (rtt_us / 1e6 if rtt_us else None)
 
