@@ -15,9 +15,9 @@ from pftp_client.access_bandwidth import (
     access_bandwidth,
     default_route,
     default_route_interface,
-    parse_bandwidth,
     record_download,
 )
+from pftp_client.bandwidth_setting import parse_bandwidth
 from pftp_client.packet_train import estimate_rate, queued_runs, windowed_gaps
 
 SIZE = 1500  # bytes per reply (IP)

@@ -146,15 +146,25 @@ def test_pftp_connects_before_the_cli_loads(pyftpd_server, tmp_path: Path) -> No
     assert out.read_bytes() == data
 
 
-def _three_mirrors(start_pyftpd, data: bytes) -> list[str]:
-    first = start_pyftpd()
+def _three_mirrors(start_pyftpd, data: bytes, first_handler: type | None = None) -> list[str]:
+    first = start_pyftpd(handler=first_handler)
     first.put("f.bin", data)
     others = [start_pyftpd(root=first.root) for _ in range(2)]
     return [s.url("f.bin") for s in (first, *others)]
 
 
+def _throttled(bytes_per_s: int) -> type:
+    """An FTP handler whose transfers send ``bytes_per_s`` at once (pyftpdlib's
+    throttle lets a second's worth through, twice), then sleep: a slow mirror."""
+    from pyftpdlib.handlers import FTPHandler, ThrottledDTPHandler
+
+    dtp = type("SlowDTP", (ThrottledDTPHandler,), {"write_limit": bytes_per_s})
+    return type("SlowHandler", (FTPHandler,), {"dtp_handler": dtp})
+
+
 def _start_early(start_pyftpd, tmp_path: Path, monkeypatch, access: str | None,
-                 data: bytes) -> tuple[list[str], list[early.EarlyProbe]]:
+                 data: bytes, first_handler: type | None = None
+                 ) -> tuple[list[str], list[early.EarlyProbe]]:
     """Three mirrors of ``data``, the early probes of `pftp get --mirror` x3 started
     with that access bandwidth configured (None: none) and no config file."""
     if access is None:
@@ -162,7 +172,7 @@ def _start_early(start_pyftpd, tmp_path: Path, monkeypatch, access: str | None,
     else:
         monkeypatch.setenv("PFTP_ACCESS_BANDWIDTH", access)
     monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
-    urls = _three_mirrors(start_pyftpd, data)
+    urls = _three_mirrors(start_pyftpd, data, first_handler)
     early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
     return urls, [early._probes[u] for u in urls]
 
@@ -173,22 +183,27 @@ def _head_offset(probe: early.EarlyProbe) -> int | None:
     return None if head is None else head.offset
 
 
-def test_without_an_access_bandwidth_every_mirror_starts_at_its_block(
-    start_pyftpd, tmp_path: Path, clean_early, monkeypatch
+@pytest.mark.parametrize("access", [None, "1000G"], ids=["unknown", "fast-link"])
+def test_an_even_start_starts_every_mirror_at_its_block(
+    start_pyftpd, tmp_path: Path, clean_early, monkeypatch, access: str | None
 ) -> None:
-    """No access bandwidth configured: the engine starts even, so each mirror's
-    transfer is started where its first block will be, and the download uses them."""
+    """No access bandwidth configured, or one so fast that a lead start would not
+    pay (lead.pays_off): the engine starts even, so each mirror's transfer is
+    started where its first block will be, at once, and the download uses them."""
     from pftp_client import download
+    from pftp_client.bandwidth_setting import configured_access_bandwidth
     from pftp_client.ranges import first_offsets
 
     data = os.urandom(3_000_001)
-    urls, probes = _start_early(start_pyftpd, tmp_path, monkeypatch, None, data)
+    urls, probes = _start_early(start_pyftpd, tmp_path, monkeypatch, access, data)
     assert [_head_offset(p) for p in probes] == first_offsets(len(data), 3)
     summary = download(mirrors=urls, output=tmp_path / "f.bin", timeout=30.0,
+                       access_bandwidth_bps=configured_access_bandwidth()[0],
                        sha256=hashlib.sha256(data).hexdigest(), congestion="off")
     assert summary.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
     assert all(_head_offset(p) is None for p in probes)  # every one was taken over
     assert summary.duplicate_bytes == 0
+    assert not [e for e in summary.events if e.kind == "resumed"]  # nobody stood by
 
 
 def test_a_first_mirror_that_fills_the_access_link_starts_no_other(
@@ -204,26 +219,29 @@ def test_a_first_mirror_that_fills_the_access_link_starts_no_other(
 def test_a_first_mirror_short_of_the_link_starts_the_others_and_the_release_uses_them(
     start_pyftpd, tmp_path: Path, clean_early, monkeypatch
 ) -> None:
-    """Lead start with a link far faster than one loopback flow: the early verdict
-    starts every mirror at its block, the engine's release deals as an even start
+    """Lead start (80 Mbit/s configured: slow enough for it to pay) with a first
+    mirror that sends 128 KiB and then sleeps: the early verdict starts every other
+    mirror at its block, the engine's release deals as an even start
     (engine._deal_as_even_start), and each of those transfers is taken over."""
     from pftp_client import download
     from pftp_client.ranges import first_offsets
 
     data = os.urandom(24_000_000)
-    urls, probes = _start_early(start_pyftpd, tmp_path, monkeypatch, "1000G", data)
+    urls, probes = _start_early(start_pyftpd, tmp_path, monkeypatch, "80M", data,
+                                first_handler=_throttled(64 * 1024))
     assert [_head_offset(p) for p in probes] == first_offsets(len(data), 3)
     fetchers = [p.result()[1] for p in probes]
     summary = download(mirrors=urls, output=tmp_path / "f.bin", timeout=30.0,
-                       access_bandwidth_bps=1000 * 10**9,
+                       access_bandwidth_bps=80_000_000,
                        sha256=hashlib.sha256(data).hexdigest(), congestion="off")
     assert summary.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
     # each head was taken over by a fetch (not aborted), on its first connection
-    assert all(f._head is None and f.head_history is not None for f in fetchers)
-    assert all(f.reconnects == 0 for f in fetchers)
-    # released at the engine's first judgement (its arrivals came with the head):
-    # every mirror served its blocks
-    assert all(m.bytes > 0 for m in summary.mirrors)
+    assert all(f.head_history is not None for f in fetchers)
+    assert all(f.reconnects == 0 for f in fetchers[1:])
+    # the others stood by and were released at the engine's first judgement
+    resumed = [e for e in summary.events if e.kind == "resumed"]
+    assert len(resumed) == 2 and all(e.at_s < 1.0 for e in resumed)
+    assert all(m.bytes > 0 for m in summary.mirrors[1:])
 
 
 def test_a_mirror_that_ignores_rest_gets_no_early_transfer_and_writes_nothing_wrong(

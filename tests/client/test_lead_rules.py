@@ -6,7 +6,7 @@ flow that never answers."""
 from __future__ import annotations
 
 import pytest
-from pftp_client.lead import LeadSettings, judge_start, judge_steady, rate_between
+from pftp_client.lead import LeadSettings, judge_start, judge_steady, pays_off, rate_between
 
 S = LeadSettings()
 ACCESS_4M = 4e6 / 8
@@ -198,3 +198,28 @@ def test_a_flow_that_keeps_pausing_is_judged_with_its_pauses():
     verdict, _ = judge_start(again, started=0.0, now=again[-1][0], rtt_s=RTT,
                              access_Bps=ACCESS_4M, s=S)
     assert verdict == "release"
+
+
+@pytest.mark.parametrize(
+    ("flows", "access_bps", "expected"),
+    [
+        (4, 4e6, True),  # slow access: 3 lane ends cost ~0.4 s of the link
+        (8, 40e6, True),  # paper 004's table 1: 7 ends, ~90 ms
+        (4, 1e9, False),  # 3 ends at 1 Gbit/s: 1.6 ms, less than the 10 ms wait
+        (24, 1e9, True),  # ...unless there are many of them
+        (1, 4e6, False),  # nobody to stand by
+        (4, 0.0, False),
+    ],
+)
+def test_a_lead_start_only_where_the_lane_ends_it_saves_outweigh_its_wait(
+    flows: int, access_bps: float, expected: bool
+):
+    assert pays_off(flows, access_bps / 8, S) is expected
+
+
+def test_pays_off_weighs_the_cut_waste_against_the_verdict_window():
+    # at the break-even link rate, and just above it
+    even = 3 * S.cut_waste_bytes / S.min_window_s
+    assert pays_off(4, even, S)
+    assert not pays_off(4, even * 1.01, S)
+    assert pays_off(4, even * 1.01, S._replace(cut_waste_bytes=2 * S.cut_waste_bytes))

@@ -33,7 +33,6 @@ import ipaddress
 import json
 import logging
 import os
-import re
 import socket
 import struct
 import threading
@@ -43,9 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger(__name__)
+from pftp_client.bandwidth_setting import configured_access_bandwidth
 
-_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+log = logging.getLogger(__name__)
 
 PROBE_TTL_S = 300.0  # a measurement is reused this long
 FAILED_PROBE_TTL_S = 60.0  # a failed one too, so a silent gateway costs 0.5 s once a minute
@@ -56,17 +55,6 @@ HISTORY_MIN_SECONDS = 0.5
 
 # probe(target, mtu, cap_bps) -> (bits/s or None, how it went)
 Probe = Callable[[str, int, float | None], tuple[float | None, str]]
-
-
-def parse_bandwidth(text: str) -> int:
-    """'100M' -> 100_000_000 (bits/s). Accepts an optional 'bps'/'bit/s' suffix."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtT]?)\s*(?:bps|bit/s|b/s)?\s*", text)
-    if not m:
-        raise ValueError(f"bad bandwidth {text!r}: use bits per second, e.g. 100M or 1.5G")
-    value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    if value <= 0:
-        raise ValueError(f"bandwidth must be > 0, got {text!r}")
-    return value
 
 
 # ------------------------------------------------------------------ the first hop
@@ -236,17 +224,6 @@ def probe_setting(env: Mapping[str, str]) -> tuple[bool, str | None]:
         raise ValueError(
             f"PFTP_ACCESS_PROBE={setting!r}: use 'off' or the IPv4 address of the hop to probe"
         ) from None
-
-
-def configured_access_bandwidth(
-    configured: str | None = None, env: Mapping[str, str] = os.environ
-) -> tuple[int | None, str]:
-    """(bits/s or None, source) from the environment or the config file only."""
-    if env.get("PFTP_ACCESS_BANDWIDTH"):
-        return parse_bandwidth(env["PFTP_ACCESS_BANDWIDTH"]), "env PFTP_ACCESS_BANDWIDTH"
-    if configured:
-        return parse_bandwidth(configured), "config file"
-    return None, "not configured"
 
 
 def access_bandwidth(

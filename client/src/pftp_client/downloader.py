@@ -329,8 +329,8 @@ def download(
             bw, source = access_bandwidth(access_bandwidth_setting)
             say(f"access bandwidth: {_fmt_bw(bw)} ({source})")
         elif access_bandwidth_setting or os.environ.get("PFTP_ACCESS_BANDWIDTH"):
-            # (only then: the module costs ~3 ms of imports before the first connect)
-            from pftp_client.access_bandwidth import configured_access_bandwidth
+            # (only then; bandwidth_setting is light: it loads nothing but re)
+            from pftp_client.bandwidth_setting import configured_access_bandwidth
 
             bw, source = configured_access_bandwidth(access_bandwidth_setting)
             if bw:

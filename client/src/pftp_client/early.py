@@ -22,6 +22,7 @@ library API and the coordinator path start where they always did.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -178,15 +179,14 @@ class EarlyProbe:
         f.start_head(offset, limit=_GUESS_BUFFER_BYTES)
 
     def _all_start_at_once(self) -> bool:
-        from pftp_client.access_bandwidth import configured_access_bandwidth
-        from pftp_client.settings import SettingsError, load_settings
-
         try:
-            access_bps, _ = configured_access_bandwidth(load_settings().access_bandwidth)
-        except (SettingsError, ValueError, OSError):
+            access_bps = _configured_access_bps()
+        except (ValueError, OSError):  # (SettingsError is a ValueError)
             return False  # the CLI reports it
-        if not access_bps:
-            return True  # an even start
+        from pftp_client.lead import LeadSettings, pays_off
+
+        if not access_bps or not pays_off(self.slots, access_bps / 8, LeadSettings()):
+            return True  # an even start (engine._lead_applies)
         return self.leader is not None and self.leader.falls_short(access_bps / 8)
 
     def take(self, size: int) -> Any:
@@ -248,6 +248,20 @@ class EarlyProbe:
             close()
         else:
             threading.Thread(target=close, name="pftp-early-discard", daemon=True).start()
+
+
+def _configured_access_bps() -> int | None:
+    """The configured access bandwidth (bits/s; None: none). The environment is
+    read without loading the settings (pathlib, dataclasses: ~10 ms of imports
+    while the CLI loads too); only a config file needs them. ValueError (and
+    SettingsError, one) on a bad figure."""
+    from pftp_client.bandwidth_setting import configured_access_bandwidth
+
+    if os.environ.get("PFTP_ACCESS_BANDWIDTH"):
+        return configured_access_bandwidth()[0]
+    from pftp_client.settings import load_settings
+
+    return configured_access_bandwidth(load_settings().access_bandwidth)[0]
 
 
 _saved_interval: float | None = None

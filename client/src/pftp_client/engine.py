@@ -42,7 +42,7 @@ from typing import Literal
 
 from pftp_client.flow_observer import DetectorFactory, FlowObserver, FlowTimings
 from pftp_client.integrity import sha256_of_buffer, sha256_of_range
-from pftp_client.lead import LeadSettings, judge_start, judge_steady
+from pftp_client.lead import LeadSettings, judge_start, judge_steady, pays_off
 from pftp_client.part_file import PartFile
 from pftp_client.pieces import PieceGrid, split_unit
 from pftp_client.plan import MirrorSource, Plan
@@ -581,8 +581,8 @@ class DownloadEngine:
             self.cfg.lead_start
             and self.cfg.access_bps
             and self.plan.mode == "dynamic"
-            and len(self.plan.active) > 1
             and todo
+            and pays_off(len(self.plan.active), self.cfg.access_bps / 8, self.cfg.lead)
         )
 
     def _stands_by(self, flow: Flow) -> bool:

@@ -21,8 +21,7 @@ This module only judges. The engine keeps the state and acts (engine.py, ``_judg
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Verdict = Literal["wait", "full", "release"]
 # "fell": the download fell well below the link; "above": it runs well above the
@@ -30,8 +29,9 @@ Verdict = Literal["wait", "full", "release"]
 SteadyVerdict = Literal["wait", "fell", "above"]
 
 
-@dataclass(frozen=True)
-class LeadSettings:
+class LeadSettings(NamedTuple):
+    # (A NamedTuple, not a dataclass: the entry point's head start reads these
+    # before the CLI has loaded, and dataclasses costs ~8 ms of imports there.)
     # The leading flow fills the link when it carries this share of it. Goodput on a
     # full link runs at 0.9-0.97 of its rate (headers, loss recovery).
     full: float = 0.8
@@ -67,6 +67,23 @@ class LeadSettings:
     # An aggregate this far above the configured figure means that figure is wrong,
     # so the link is not the bottleneck and the standbys join.
     above: float = 1.5
+    # What one lane end that an even start has and a lead start avoids costs on the
+    # access link, roughly: the bytes its server had sent past the end (20-80 KB
+    # behind the lab's 4 Mbit/s link, notes/cut-waste.md). See pays_off.
+    cut_waste_bytes: int = 64 * 1024
+
+
+def pays_off(flows: int, access_Bps: float, s: LeadSettings) -> bool:
+    """Is a lead start worth its wait on this link? It saves the lane ends of an
+    even start (``flows`` - 1 of them at the start, each wasting about
+    ``cut_waste_bytes`` of the access link's time), and it costs at least the first
+    verdict's window, while the others wait. Behind a slow link the saving is
+    large (3 ends at 4 Mbit/s: ~0.4 s); on a fast one it is smaller than the wait
+    (3 ends at 1 Gbit/s: 1.6 ms, against a window of 10 ms or more), so the flows
+    start together, as they do when the bandwidth is unknown."""
+    if flows < 2 or access_Bps <= 0:
+        return False
+    return (flows - 1) * s.cut_waste_bytes / access_Bps >= s.min_window_s
 
 
 def rate_between(samples: Sequence[tuple[float, int]], t0: float, t1: float) -> float | None:

@@ -9,21 +9,6 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True, order=True)
-class ByteRange:
-    start: int
-    end: int  # exclusive
-
-    def __post_init__(self) -> None:
-        if self.start < 0 or self.end < self.start:
-            raise ValueError(f"invalid byte range [{self.start}, {self.end})")
-
-    @property
-    def length(self) -> int:
-        return self.end - self.start
 
 
 class RangeSet:
