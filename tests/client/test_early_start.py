@@ -106,7 +106,8 @@ def test_download_with_other_settings_closes_them(pyftpd_server, tmp_path: Path,
 
 def test_pftp_connects_before_the_cli_loads(pyftpd_server, tmp_path: Path) -> None:
     """The real entry point (launch.main): the first control connection is opened
-    before pftp_client.cli is imported, and the download verifies."""
+    before pftp_client.cli is imported, and before logging (lazy.LazyLogger), and
+    the download verifies."""
     data = os.urandom(2_000_000)
     pyftpd_server.put("f.bin", data)
     url = pyftpd_server.url("f.bin")
@@ -120,7 +121,8 @@ def test_pftp_connects_before_the_cli_loads(pyftpd_server, tmp_path: Path) -> No
         f"    if event == 'socket.connect' and args[1][1] == {pyftpd_server.port} and not any(\n"
         "            o.startswith('connect') for o in order):\n"
         "        order.append('connect ' + threading.current_thread().name)\n"
-        "    elif event == 'import' and args[0] in ('pftp_client.cli', 'pftp_client.engine'):\n"
+        "    elif event == 'import' and args[0] in ('pftp_client.cli', 'pftp_client.engine',\n"
+        "                                            'logging') and args[0] not in order:\n"
         "        order.append(args[0])\n"
         "sys.addaudithook(hook)\n"
     )
@@ -142,6 +144,7 @@ def test_pftp_connects_before_the_cli_loads(pyftpd_server, tmp_path: Path) -> No
     connect = next(o for o in order if o.startswith("connect "))
     assert connect.startswith("connect pftp-early-")
     assert order.index(connect) < order.index("pftp_client.engine")
+    assert order.index(connect) < order.index("logging")
     assert json.loads(summary)["sha256_verified"] is True
     assert out.read_bytes() == data
 

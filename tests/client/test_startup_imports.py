@@ -194,3 +194,27 @@ def test_a_probe_that_raises_closes_the_others(pyftpd_server, tmp_path: Path) ->
                  congestion="off")
     assert closed == [good]
     assert not (tmp_path / "f.bin").exists()
+
+
+def test_lazy_logger_drops_what_no_handler_could_show_and_logs_the_rest(tmp_path: Path) -> None:
+    """Before logging is imported nothing can have configured it, so DEBUG and INFO
+    are dropped without importing it; WARNING imports it and is printed (to stderr,
+    as logging's last resort does); once logging is configured, everything goes
+    through it."""
+    code = (
+        "import sys\n"
+        "from pftp_client.lazy import LazyLogger\n"
+        "log = LazyLogger('pftp_client.x')\n"
+        "log.debug('d0 %s', 1); log.info('i0')\n"
+        "print('after-info', 'logging' in sys.modules)\n"
+        "log.warning('w0 %s', 2)\n"
+        "print('after-warning', 'logging' in sys.modules)\n"
+        "import logging\n"
+        "logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format='%(message)s')\n"
+        "log.debug('d1 %s', 3); log.info('i1')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=_env(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["after-info", "False", "after-warning", "True", "d1", "3", "i1"]
+    assert out.stderr.strip() == "w0 2"

@@ -21,12 +21,13 @@ library API and the coordinator path start where they always did.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import threading
 import time
 from collections.abc import Sequence
+
+from pftp_client.lazy import LazyLogger
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ _FLAGS = {"--quiet", "-q", "--json", "--restart", "--no-discovery"}
 # for it, once per round trip.
 _SWITCH_INTERVAL_S = 0.0005
 
+log = LazyLogger(__name__)
 _lock = threading.Lock()
 _probes: dict[str, EarlyProbe] = {}  # not taken yet
 _started: list[EarlyProbe] = []  # still running
@@ -150,7 +152,7 @@ class EarlyProbe:
         except (TransferError, OSError) as exc:
             # a server ignoring REST is remembered by the fetcher; anything else,
             # size() below or the first fetch asks again and reports
-            logging.getLogger(__name__).debug("%s: %s", self.url, exc)
+            log.debug("%s: %s", self.url, exc)
         try:
             size = f.size()
         except (TransferError, OSError) as exc:
@@ -163,7 +165,7 @@ class EarlyProbe:
                 else:
                     self._guess_head(f, size)
             except (TransferError, OSError) as exc:
-                logging.getLogger(__name__).debug("%s: no transfer ahead: %s", self.url, exc)
+                log.debug("%s: no transfer ahead: %s", self.url, exc)
         return self.url, f, size, ""
 
     def _guess_head(self, f: Any, size: int) -> None:
@@ -313,7 +315,16 @@ def start(argv: Sequence[str]) -> int:
             if slot == 0:
                 leader = probe
             _probes[url] = probe
-        return len(_probes)
+        started = len(_probes)
+    if started > 1:
+        # What the other mirrors' decision needs (_guess_head), loaded here while
+        # they log in: loaded by their threads instead, it waited for the CLI's
+        # imports (each module's import lock, the GIL) until ~30 ms after their REST
+        # checks had ended.
+        import pftp_client.bandwidth_setting
+        import pftp_client.lead
+        import pftp_client.ranges  # noqa: F401
+    return started
 
 
 def start_portions(portions: Sequence[tuple[str, int]], timeout: float) -> list[EarlyProbe]:

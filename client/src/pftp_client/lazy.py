@@ -3,6 +3,7 @@ reaches its first connect before the engine, hashing and detector modules load."
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from importlib import import_module
 
@@ -32,3 +33,34 @@ def lazy_attributes(
         return sorted({*namespace, *where})
 
     return __getattr__, __dir__
+
+
+class LazyLogger:
+    """``logging.getLogger(name)`` without importing logging up front (~6 ms on the
+    way to the first connect, early.py). Until something imports logging, nothing
+    can have configured it, and an unconfigured logger drops DEBUG and INFO: so
+    do these, until then. WARNING and above import logging and go through it."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def _logger(self, *, load: bool) -> Any:
+        logging = sys.modules.get("logging")
+        if logging is None:
+            if not load:
+                return None
+            import logging
+        return logging.getLogger(self._name)
+
+    def debug(self, msg: str, *args: object) -> None:
+        if (log := self._logger(load=False)) is not None:
+            log.debug(msg, *args)
+
+    def info(self, msg: str, *args: object) -> None:
+        if (log := self._logger(load=False)) is not None:
+            log.info(msg, *args)
+
+    def warning(self, msg: str, *args: object) -> None:
+        self._logger(load=True).warning(msg, *args)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import netrc
 import os
 import re
@@ -43,6 +42,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
 
+from pftp_client.lazy import LazyLogger
 from pftp_client.transports.base import (
     Cancelled,
     DataSink,
@@ -58,7 +58,7 @@ from pftp_client.transports.window import committed_bytes, received_bytes, smoot
 
 __all__ = ["FtpFetcher", "FtpReply", "FtpTarget", "ftp_target", "parse_epsv", "parse_pasv"]
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)  # (logging is not imported before the first connect)
 
 RECV_BUFSIZE = 256 * 1024
 # How often a blocked receive wakes up to look at the cancel event.
