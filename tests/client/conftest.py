@@ -270,7 +270,8 @@ class _PyftpdThread:
 
 @pytest.fixture
 def start_pyftpd(tmp_path: Path) -> Iterator[Callable[..., MirrorServer]]:
-    """``start_pyftpd(handler=FTPHandler subclass, root=..., host=..., users={name: pw})``."""
+    """``start_pyftpd(handler=FTPHandler subclass, root=..., host=..., users={name: pw},
+    port=...)``."""
     from pyftpdlib.authorizers import DummyAuthorizer
     from pyftpdlib.handlers import FTPHandler
     from pyftpdlib.ioloop import IOLoop
@@ -284,6 +285,7 @@ def start_pyftpd(tmp_path: Path) -> Iterator[Callable[..., MirrorServer]]:
         host: str = LOOPBACK,
         users: dict[str, str] | None = None,
         anonymous: bool = True,
+        port: int = 0,
     ) -> MirrorServer:
         root = root or _make_root(tmp_path, f"pyftpd-root-{len(running)}")
         auth = DummyAuthorizer()
@@ -295,7 +297,7 @@ def start_pyftpd(tmp_path: Path) -> Iterator[Callable[..., MirrorServer]]:
         cls = type("TestHandler", (base,), {"authorizer": auth, "banner": "pftp test"})
         # One IOLoop per server: pyftpdlib's default loop is a process-wide singleton,
         # and two threads polling it race (corrupted replies seen with 2+ servers).
-        server = FTPServer((host, 0), cls, ioloop=IOLoop())
+        server = FTPServer((host, port), cls, ioloop=IOLoop())
         port = server.socket.getsockname()[1]
         thread = _PyftpdThread(server)
         running.append(thread)
@@ -307,6 +309,22 @@ def start_pyftpd(tmp_path: Path) -> Iterator[Callable[..., MirrorServer]]:
     finally:
         for thread in running:
             thread.stop()
+
+
+@pytest.fixture
+def throttled_ftp_handler() -> Callable[[int], type]:
+    """``throttled_ftp_handler(bytes_per_s)``: see _throttled_ftp_handler."""
+    return _throttled_ftp_handler
+
+
+def _throttled_ftp_handler(bytes_per_s: int) -> type:
+    """A pyftpdlib handler whose transfers average ``bytes_per_s``: pyftpdlib's
+    throttle sends two seconds' worth at once, then sleeps two seconds. A slow
+    mirror, as seen by the engine's one- and two-second windows."""
+    from pyftpdlib.handlers import FTPHandler, ThrottledDTPHandler
+
+    dtp = type("SlowDTP", (ThrottledDTPHandler,), {"write_limit": bytes_per_s})
+    return type("SlowHandler", (FTPHandler,), {"dtp_handler": dtp})
 
 
 @pytest.fixture

@@ -156,15 +156,6 @@ def _three_mirrors(start_pyftpd, data: bytes, first_handler: type | None = None)
     return [s.url("f.bin") for s in (first, *others)]
 
 
-def _throttled(bytes_per_s: int) -> type:
-    """An FTP handler whose transfers send ``bytes_per_s`` at once (pyftpdlib's
-    throttle lets a second's worth through, twice), then sleep: a slow mirror."""
-    from pyftpdlib.handlers import FTPHandler, ThrottledDTPHandler
-
-    dtp = type("SlowDTP", (ThrottledDTPHandler,), {"write_limit": bytes_per_s})
-    return type("SlowHandler", (FTPHandler,), {"dtp_handler": dtp})
-
-
 def _start_early(start_pyftpd, tmp_path: Path, monkeypatch, access: str | None,
                  data: bytes, first_handler: type | None = None
                  ) -> tuple[list[str], list[early.EarlyProbe]]:
@@ -220,7 +211,7 @@ def test_a_first_mirror_that_fills_the_access_link_starts_no_other(
 
 
 def test_a_first_mirror_short_of_the_link_starts_the_others_and_the_release_uses_them(
-    start_pyftpd, tmp_path: Path, clean_early, monkeypatch
+    start_pyftpd, tmp_path: Path, clean_early, monkeypatch, throttled_ftp_handler
 ) -> None:
     """Lead start (80 Mbit/s configured: slow enough for it to pay) with a first
     mirror that sends 128 KiB and then sleeps: the early verdict starts every other
@@ -231,7 +222,7 @@ def test_a_first_mirror_short_of_the_link_starts_the_others_and_the_release_uses
 
     data = os.urandom(24_000_000)
     urls, probes = _start_early(start_pyftpd, tmp_path, monkeypatch, "80M", data,
-                                first_handler=_throttled(64 * 1024))
+                                first_handler=throttled_ftp_handler(64 * 1024))
     assert [_head_offset(p) for p in probes] == first_offsets(len(data), 3)
     fetchers = [p.result()[1] for p in probes]
     summary = download(mirrors=urls, output=tmp_path / "f.bin", timeout=30.0,

@@ -218,3 +218,15 @@ def test_lazy_logger_drops_what_no_handler_could_show_and_logs_the_rest(tmp_path
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["after-info", "False", "after-warning", "True", "d1", "3", "i1"]
     assert out.stderr.strip() == "w0 2"
+
+
+def test_exit_code_of_an_error_raised_while_a_module_still_loads(monkeypatch) -> None:
+    """The engine's modules load in a background thread: an error raised meanwhile
+    must get its exit code, not an AttributeError from a half-loaded module."""
+    import types
+
+    from pftp_client.cli import _exit_code
+
+    monkeypatch.setitem(sys.modules, "pftp_client.integrity", types.ModuleType("half"))
+    assert _exit_code(OSError("disk full")) == 5
+    assert _exit_code(RuntimeError("bug")) is None

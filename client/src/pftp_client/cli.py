@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         metavar="URL",
-        help="mirror URL kept in reserve (replaces a failed, slow or congested mirror)",
+        help="mirror URL kept in reserve: replaces a failed, slow or congested mirror, and "
+        "joins when the mirrors fall well short of the configured access bandwidth",
     )
     get.add_argument(
         "--congestion",
@@ -213,9 +214,11 @@ def get(
 
 def _is(exc: BaseException, module: str, name: str) -> bool:
     """isinstance(exc, pftp_client.<module>.<name>), without importing the module:
-    an exception whose module never loaded cannot have been raised."""
-    mod = sys.modules.get(f"pftp_client.{module}")
-    return mod is not None and isinstance(exc, getattr(mod, name))
+    an exception whose module never loaded cannot have been raised. Nor one whose
+    module is still loading in another thread (the engine's modules load in the
+    background) and has not defined it yet."""
+    cls = getattr(sys.modules.get(f"pftp_client.{module}"), name, None)
+    return cls is not None and isinstance(exc, cls)
 
 
 def _exit_code(exc: Exception) -> int | None:

@@ -38,6 +38,8 @@ AUTO = "auto"
 # congestion_wiring.MODES (a test keeps them equal): that module loads in the background
 CONGESTION_MODES = ("auto", "off", "packet", "kernel", "app")
 MAX_PROBES = 16  # size probes at once
+# When no mirror could be asked the size, they are asked again after these waits.
+PROBE_RETRY_S = (1.0, 2.0)
 
 
 class UsageError(ValueError):
@@ -395,6 +397,17 @@ def download(
         probes = _start_probes([*urls, *spare], open_fetcher, timeout)
         start_background()
         sizes, probed = _probe_results(probes, say)
+        for wait in PROBE_RETRY_S:
+            again = [u for u in [*urls, *spare] if u not in probed]
+            if sizes or not again:
+                break
+            # A server restarting, a full server (421), a link that just went down
+            # for a moment: asked again before giving up.
+            say(f"no mirror reported the size; asking again in {wait:g} s")
+            time.sleep(wait)
+            more_sizes, more = _probe_results(_start_probes(again, open_fetcher, timeout), say)
+            sizes.update(more_sizes)
+            probed.update(more)
         for u, f in probed.items():
             fetcher_cache.setdefault(u, []).append(f)
         if not sizes:

@@ -94,6 +94,31 @@ def test_mirror_killed_mid_transfer_hands_over_without_loss(tmp_path, ftp_mirror
     assert sum(x.bytes for x in s.mirrors) == len(data)
 
 
+def test_a_mirror_that_comes_up_after_the_first_probe_is_asked_again(tmp_path, start_pyftpd):
+    """No mirror answers the size probe (its server is restarting): download() says
+    so and asks again (downloader.PROBE_RETRY_S) instead of giving up at once."""
+    import socket
+    import threading
+
+    data = os.urandom(300_000)
+    with socket.socket() as s:  # a port nothing listens on, for the moment
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = tmp_path / "late-root"
+    root.mkdir()
+    (root / "f.bin").write_bytes(data)
+    late = threading.Timer(0.3, lambda: start_pyftpd(root=root, port=port))
+    late.start()
+    try:
+        s = download(mirrors=[f"ftp://127.0.0.1:{port}/f.bin"], output=tmp_path / "f.bin",
+                     sha256=sha256_hex(data), congestion="off")
+    finally:
+        late.join()
+    _assert_clean(tmp_path / "f.bin", data)
+    assert s.sha256_verified
+    assert any("asking again in 1 s" in n for n in s.notes), s.notes
+
+
 def test_all_mirrors_dead_is_no_mirror_could_serve(tmp_path, closed_port_url):
     with pytest.raises(NoMirrorCouldServe):
         download(
