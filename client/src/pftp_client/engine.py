@@ -123,12 +123,14 @@ class EngineConfig:
     # others connected and standing by until it shows it cannot fill the link.
     lead_start: bool = True
     lead: LeadSettings = field(default_factory=LeadSettings)
-    # With access_bps known: when the flows together carry less than this share of
-    # it over the aggregate's window (2 s), for top_up_rounds monitor rounds in a
-    # row, a backup joins (_top_up). A full link carries 0.90-0.96 of its rate as
-    # payload (headers, loss recovery); 8 mirrors that a coordinator chose in the
-    # lab carried 0.82 of a 40 Mbit/s link (paper 004's table 1).
-    top_up_below: float = 0.85
+    # With access_bps known, the flows fill the access link when they carry this
+    # share of it: below it over the aggregate's window (2 s), for top_up_rounds
+    # monitor rounds in a row, a backup joins (_top_up); only at or above it is a
+    # flow parked for sharing that link (drop_flows). A full link carries
+    # 0.90-0.96 of its rate as payload (headers, loss recovery); the 4 mirrors a
+    # coordinator chose in the lab carried 0.8 of a 40 Mbit/s link (paper 004's
+    # table 1), and parking the backup that joined then undid the join.
+    access_full: float = 0.85
     top_up_rounds: int = 1
     # The first judgement leaves out the start: connections, logins, slow start.
     top_up_start_s: float = 0.5
@@ -445,6 +447,13 @@ class DownloadEngine:
             why = (f"shares the client's access link, which the flows together fill "
                    f"({agg / 1e6:.1f} of {access / 1e6:.1f} Mbit/s)")
             with self._lock:
+                if agg < self.cfg.access_full * access:
+                    # (above access_saturation, so the shared link is the access
+                    # link and no backup would help; but it has room: _top_up)
+                    self._log(f"{', '.join(flow_ids)}: shares the client's access link "
+                              f"({agg / 1e6:.1f} of {access / 1e6:.1f} Mbit/s); kept: it has "
+                              "room left")
+                    return dropped
                 if self._parkings:
                     # One at a time: every flow crosses the access link, so the
                     # detector names pair after pair, but whether the flows left
@@ -830,7 +839,7 @@ class DownloadEngine:
             self._log(f"no more backups join: the last one left the flows at "
                       f"{agg * 8 / 1e6:.2f} Mbit/s (from {self._top_up_from * 8 / 1e6:.2f})")
             return
-        if agg >= self.cfg.top_up_below * link:
+        if agg >= self.cfg.access_full * link:
             self._top_up_low_rounds = 0
             return
         self._top_up_low_rounds += 1
