@@ -230,3 +230,39 @@ def test_exit_code_of_an_error_raised_while_a_module_still_loads(monkeypatch) ->
     monkeypatch.setitem(sys.modules, "pftp_client.integrity", types.ModuleType("half"))
     assert _exit_code(OSError("disk full")) == 5
     assert _exit_code(RuntimeError("bug")) is None
+
+
+def test_lazy_logger_while_another_thread_is_loading_logging(tmp_path: Path) -> None:
+    """The head start's threads log while the main thread imports the CLI, which
+    imports logging: a half-loaded logging module (no getLogger yet) must not be
+    used (it once crashed a probe thread, and with it the download)."""
+    code = (
+        "import importlib.machinery, sys, threading, time\n"
+        "from pftp_client.lazy import LazyLogger\n"
+        "class Slow:\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name != 'logging':\n"
+        "            return None\n"
+        "        sys.meta_path.remove(self)\n"
+        "        spec = importlib.machinery.PathFinder.find_spec(name, path)\n"
+        "        run = spec.loader.exec_module\n"
+        "        def slow(mod):\n"
+        "            time.sleep(0.3)\n"
+        "            run(mod)\n"
+        "        spec.loader.exec_module = slow\n"
+        "        return spec\n"
+        "sys.meta_path.insert(0, Slow())\n"
+        "t = threading.Thread(target=__import__, args=('logging',))\n"
+        "t.start()\n"
+        "time.sleep(0.1)\n"
+        "assert sys.modules['logging'].__spec__._initializing\n"
+        "log = LazyLogger('pftp_client.x')\n"
+        "log.debug('d'); log.info('i')\n"
+        "log.warning('w %s', 1)\n"
+        "t.join()\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=_env(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok" and out.stderr.strip() == "w 1"

@@ -48,7 +48,9 @@ class LazyLogger:
 
     def _logger(self, *, load: bool) -> Any:
         logging = sys.modules.get("logging")
-        if logging is None:
+        if logging is None or getattr(logging.__spec__, "_initializing", False):
+            # (not loaded, or another thread is still loading it: not configured
+            # either way; `import` waits for that thread)
             if not load:
                 return None
             import logging
