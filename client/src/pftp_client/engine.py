@@ -197,6 +197,7 @@ class Parking:
     flows: list[str]
     at: float
     aggregate_before: float  # bytes/s of all flows over the seconds before
+    access_link: bool = False  # parked because the flows filled the access link
 
 
 @dataclass
@@ -525,7 +526,7 @@ class DownloadEngine:
         if recent is not None:  # one verdict's set arrives as several calls
             recent.flows.append(flow.id)
         else:
-            self._parkings.append(Parking([flow.id], now, before))
+            self._parkings.append(Parking([flow.id], now, before, kind == "parked"))
         self._event(
             kind, flow, f"{why}; parked: its work goes to the flows left, the mirror stays "
             "in reserve",
@@ -557,7 +558,16 @@ class DownloadEngine:
                 continue
             self._parkings.remove(p)
             agg = self._aggregate.rate(now) or 0.0
-            if agg >= self.cfg.park_hold * p.aggregate_before:
+            link = (self.cfg.access_bps or 0.0) / 8
+            if agg < self.cfg.park_hold * p.aggregate_before:
+                why = "the shared-link verdict did not hold"
+            elif p.access_link and agg < self.cfg.access_full * link:
+                # It was parked for a full access link. Without it the link has
+                # room (the aggregate before, over a window with slow start's
+                # bursts in it, read full too early): back to work, as a backup
+                # would be (_top_up).
+                why = f"the {link * 8 / 1e6:.2f} Mbit/s access link has room for it"
+            else:
                 continue
             self._parking_failed = True
             for fid in p.flows:
@@ -566,8 +576,7 @@ class DownloadEngine:
                     self._unpark(
                         f,
                         f"the flows left carried {agg * 8 / 1e6:.2f} Mbit/s after it was parked, "
-                        f"{p.aggregate_before * 8 / 1e6:.2f} before: the shared-link verdict "
-                        "did not hold",
+                        f"{p.aggregate_before * 8 / 1e6:.2f} before: {why}",
                     )
 
     # --- setup ------------------------------------------------------------------------
