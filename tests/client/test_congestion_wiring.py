@@ -186,8 +186,13 @@ def test_events_become_report_fields():
             "confidence": 0.93,
             "packets": 150,
             "access_link": False,
+            "access_unknown": False,
         }
     ]
     assert congested_with(out["events"]) == {"m0": ["m1"], "m1": ["m0"]}
+    # a set found before the aggregate was measured, or at a full access link, says
+    # nothing about the mirrors' own paths: not reported to the coordinator
+    assert congested_with([{"mirrors": ["a", "b"], "access_unknown": True},
+                           {"mirrors": ["c", "d"], "access_link": True}]) == {}
     three = congested_with([{"mirrors": ["a", "b", "c"]}, {"mirrors": ["a", "d"]}])
     assert three == {"a": ["b", "c", "d"], "b": ["a", "c"], "c": ["a", "b"], "d": ["a"]}

@@ -184,6 +184,38 @@ def test_shared_set_on_a_full_access_link_goes_to_the_engine_and_is_not_reported
     obs.monitor.stop()
 
 
+class _UnmeasuredEngine(_Engine):
+    """An engine with a known access bandwidth whose aggregate is not measured yet."""
+
+    def access_undetermined(self):
+        return True
+
+
+def test_shared_set_before_the_aggregate_is_measured_is_not_reported():
+    """Found in the first half second, a set cannot be told from the access link:
+    the event says so, and its mirrors are not reported as sharing congestion (the
+    coordinator would avoid selecting them together)."""
+    from pftp_client.congestion_wiring import congested_with
+    from pftp_client.flow_observer import FlowTimings
+
+    rng = np.random.default_rng(5)
+    a, b = shared_link(rng, 2, 1.5 * MS, 900)
+    engine = _UnmeasuredEngine()
+    events = []
+    obs = congestion_detector_factory(on_event=events.append, interval_s=3600)(
+        engine, FlowTimings(16))
+    for fid, mirror in (("f1", "m1"), ("f2", "m2")):
+        obs.flow_started(fid, mirror)
+    for t, f in sorted((int(t), f) for f, ts in {"f1": a, "f2": b}.items() for t in ts):
+        obs.on_receive(f, t, 1448)
+    obs.monitor.check()
+    obs.monitor.check()
+    assert events and events[0].access_unknown and not events[0].access_link
+    as_dicts = [{"mirrors": e.mirrors, "access_unknown": e.access_unknown} for e in events]
+    assert congested_with(as_dicts) == {}
+    obs.monitor.stop()
+
+
 def test_real_sources_need_stronger_evidence_for_shared():
     """The bare test says shared at D < -0.25; kernel timestamps need D < -0.7 and
     app-recv D < -0.9 (detectors.py: both see the receiver's own batching)."""

@@ -159,10 +159,13 @@ def congested_with(events: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
     """Mirror -> the other mirrors it was found to share a congested link with
     (every member of a shared set, kept or dropped), for MirrorReport.congested_with.
     A set found while the flows filled the client's access link says nothing about
-    the mirrors' own paths, so it is not reported."""
+    the mirrors' own paths, so it is not reported; nor is one found before that could
+    be told (the aggregate not measured yet): in paper 004's table 1 such early sets
+    named the fast mirrors with each other, and the coordinator, avoiding those
+    pairs, then chose the slow ones (33 of 40 Mbit/s)."""
     out: dict[str, list[str]] = {}
     for ev in events:
-        if ev.get("access_link"):
+        if ev.get("access_link") or ev.get("access_unknown"):
             continue
         members = list(ev["mirrors"])
         for m in members:
@@ -295,6 +298,7 @@ class CongestionSession:
                     "confidence": round(float(event.confidence), 3),
                     "packets": int(event.packets),
                     "access_link": bool(getattr(event, "access_link", False)),
+                    "access_unknown": bool(getattr(event, "access_unknown", False)),
                 }
             )
         if getattr(event, "access_link", False):
@@ -304,6 +308,14 @@ class CongestionSession:
                 "together fill the access link: that is the shared link; "
                 + (f"parking {', '.join(str(f) for f in event.dropped)}" if event.dropped
                    else "nothing dropped")
+            )
+            return
+        if getattr(event, "access_unknown", False):
+            self.say(
+                f"shared congested link: {', '.join(event.mirrors)} ({event.source}, "
+                f"confidence {event.confidence:.2f}, {event.packets} packets); whether it is "
+                "the access link cannot be told yet (the flows' aggregate is not measured): "
+                "nothing dropped, not reported"
             )
             return
         self.say(

@@ -409,6 +409,12 @@ class DownloadEngine:
         r = self._aggregate.rate(self._clock())
         return None if r is None else r * 8
 
+    def access_undetermined(self) -> bool:
+        """The access bandwidth is known, the flows' aggregate is not measured yet
+        (its first 0.5 s): whether a shared link they see is the access link cannot
+        be told."""
+        return bool(self.cfg.access_bps) and self.aggregate_bps() is None
+
     def access_saturated(self) -> bool:
         """True when the flows together fill the client's access link (so a shared
         congested link they see is most likely that one)."""
@@ -434,7 +440,7 @@ class DownloadEngine:
         behind a 4 Mbit/s access link 4 flows lost 7 % of it that way.
         Returns the flows actually dropped or parked."""
         dropped: list[str] = []
-        if reason == "congested" and self.cfg.access_bps and self.aggregate_bps() is None:
+        if reason == "congested" and self.access_undetermined():
             # The detector can speak after a few hundred packets, before the
             # aggregate is measured (0.5 s): whether the shared link is the access
             # link cannot be told yet, and replacing a flow by a backup behind the

@@ -60,6 +60,9 @@ class CongestionEvent:
     # the flows together filled the client's access link when the set was found:
     # the shared link is (most likely) that one, so nothing was dropped
     access_link: bool = False
+    # the access bandwidth is known but the flows' aggregate was not measured yet:
+    # whether the shared link is the access link could not be told (kept, unreported)
+    access_unknown: bool = False
 
 
 # (ip, port) of a server; (ip, None, control_port) for an FTP server whose
@@ -287,6 +290,8 @@ class MonitorObserver:
         event.mirrors = [self._mirror.get(str(f), str(f)) for f in event.shared_set]
         saturated = getattr(self.control, "access_saturated", None)
         event.access_link = bool(saturated is not None and saturated())
+        undetermined = getattr(self.control, "access_undetermined", None)
+        event.access_unknown = bool(undetermined is not None and undetermined())
         # The engine decides: a backup in its place, parked (no backup left, or the
         # shared link is the access link), or kept.
         done = set(self.control.drop_flows([str(f) for f in flow_ids], "congested") or [])
