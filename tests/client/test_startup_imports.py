@@ -62,6 +62,14 @@ def _run(code: str, tmp_path: Path) -> str:
     return out.stdout
 
 
+def _run_both(code: str, tmp_path: Path) -> tuple[str, str]:
+    """(stdout, stderr) of ``python -c code``, which must succeed."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env=_env(tmp_path))
+    assert out.returncode == 0, out.stderr
+    return out.stdout, out.stderr
+
+
 def test_cli_import_and_parse_load_nothing_heavy(tmp_path: Path) -> None:
     code = (
         "import sys\n"
@@ -213,11 +221,9 @@ def test_lazy_logger_drops_what_no_handler_could_show_and_logs_the_rest(tmp_path
         "logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format='%(message)s')\n"
         "log.debug('d1 %s', 3); log.info('i1')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, env=_env(tmp_path))
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["after-info", "False", "after-warning", "True", "d1", "3", "i1"]
-    assert out.stderr.strip() == "w0 2"
+    stdout, stderr = _run_both(code, tmp_path)
+    assert stdout.split() == ["after-info", "False", "after-warning", "True", "d1", "3", "i1"]
+    assert stderr.strip() == "w0 2"
 
 
 def test_exit_code_of_an_error_raised_while_a_module_still_loads(monkeypatch) -> None:
@@ -262,7 +268,5 @@ def test_lazy_logger_while_another_thread_is_loading_logging(tmp_path: Path) -> 
         "t.join()\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, env=_env(tmp_path))
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok" and out.stderr.strip() == "w 1"
+    stdout, stderr = _run_both(code, tmp_path)
+    assert stdout.strip() == "ok" and stderr.strip() == "w 1"

@@ -156,16 +156,13 @@ class _SaturatedEngine(_Engine):
         return True
 
 
-def test_shared_set_on_a_full_access_link_goes_to_the_engine_and_is_not_reported():
-    """The engine decides what to do with a set found on a full access link (it
-    parks the flows, engine.drop_flows); the event says so and is marked, and the
-    mirrors are not reported as sharing congestion."""
-    from pftp_client.congestion_wiring import congested_with
+def _two_flows_on_one_link(engine: _Engine) -> tuple[list, object]:
+    """Two flows (m1, m2) whose arrivals share one link, run through the real
+    monitor with ``engine`` as its control: (the events, the observer)."""
     from pftp_client.flow_observer import FlowTimings
 
     rng = np.random.default_rng(5)
     a, b = shared_link(rng, 2, 1.5 * MS, 900)
-    engine = _SaturatedEngine()
     events = []
     obs = congestion_detector_factory(on_event=events.append, interval_s=3600)(
         engine, FlowTimings(16))
@@ -175,6 +172,17 @@ def test_shared_set_on_a_full_access_link_goes_to_the_engine_and_is_not_reported
         obs.on_receive(f, t, 1448)
     obs.monitor.check()
     obs.monitor.check()
+    return events, obs
+
+
+def test_shared_set_on_a_full_access_link_goes_to_the_engine_and_is_not_reported():
+    """The engine decides what to do with a set found on a full access link (it
+    parks the flows, engine.drop_flows); the event says so and is marked, and the
+    mirrors are not reported as sharing congestion."""
+    from pftp_client.congestion_wiring import congested_with
+
+    engine = _SaturatedEngine()
+    events, obs = _two_flows_on_one_link(engine)
     assert events and events[0].access_link and events[0].dropped == ["f2"]
     assert engine.dropped == ["f2"]
     # such a set says nothing about the mirrors' own paths: not reported
@@ -196,20 +204,8 @@ def test_shared_set_before_the_aggregate_is_measured_is_not_reported():
     the event says so, and its mirrors are not reported as sharing congestion (the
     coordinator would avoid selecting them together)."""
     from pftp_client.congestion_wiring import congested_with
-    from pftp_client.flow_observer import FlowTimings
 
-    rng = np.random.default_rng(5)
-    a, b = shared_link(rng, 2, 1.5 * MS, 900)
-    engine = _UnmeasuredEngine()
-    events = []
-    obs = congestion_detector_factory(on_event=events.append, interval_s=3600)(
-        engine, FlowTimings(16))
-    for fid, mirror in (("f1", "m1"), ("f2", "m2")):
-        obs.flow_started(fid, mirror)
-    for t, f in sorted((int(t), f) for f, ts in {"f1": a, "f2": b}.items() for t in ts):
-        obs.on_receive(f, t, 1448)
-    obs.monitor.check()
-    obs.monitor.check()
+    events, obs = _two_flows_on_one_link(_UnmeasuredEngine())
     assert events and events[0].access_unknown and not events[0].access_link
     as_dicts = [{"mirrors": e.mirrors, "access_unknown": e.access_unknown} for e in events]
     assert congested_with(as_dicts) == {}

@@ -107,8 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         metavar="URL",
-        help="mirror URL kept in reserve: replaces a failed, slow or congested mirror, and "
-        "joins when the mirrors fall well short of the configured access bandwidth",
+        help="mirror URL kept in reserve (replaces a failed, slow or congested mirror)",
     )
     get.add_argument(
         "--congestion",

@@ -134,6 +134,9 @@ class EngineConfig:
     top_up_rounds: int = 1
     # The first judgement leaves out the start: connections, logins, slow start.
     top_up_start_s: float = 0.5
+    # Only when the active mirrors' expected rates covered this share of the link
+    # (the coordinator's own bound, ACCESS_COVERED_SHARE: see _meant_to_fill).
+    top_up_covered: float = 0.9
     # ...when at least this much work is left at the current rate (a new flow needs
     # a few round trips and its slow start before it carries anything).
     top_up_min_left_s: float = 1.0
@@ -826,9 +829,9 @@ class DownloadEngine:
         takes work like any idle flow, from the lane that will finish last.
 
         The coordinator picks mirrors until their expected rates cover the access
-        bandwidth (paper 004, 3.2.2), and the user may give more mirrors as backups.
-        Those rates are estimates: when what the mirrors deliver falls short, the
-        client adds the next one itself. Judged over the aggregate's whole window
+        bandwidth (paper 004, 3.2.2). Those rates are estimates: when what the
+        mirrors deliver falls short, the client adds the next one itself. Only
+        when they were meant to cover it (_meant_to_fill). Judged over the aggregate's whole window
         after the start and after each join. A join that did not raise the
         aggregate by a tenth of the link ends it: the limit is elsewhere (the figure
         is wrong, or a link upstream is shared). Not while a lead start holds the
@@ -839,6 +842,7 @@ class DownloadEngine:
             not access
             or self._top_up_over
             or not self.backups
+            or not self._meant_to_fill(access)
             or self._lead_phase != "off"
             or any(f.parked for f in self.flows.values())  # (a full shared link)
         ):
@@ -868,6 +872,19 @@ class DownloadEngine:
             self._top_up_at, self._top_up_from = now, agg
             self._top_up_low_rounds = 0
             self._lock.notify_all()
+
+    def _meant_to_fill(self, access_bps: float) -> bool:
+        """Did the plan's mirrors, by the coordinator's expected rates, cover the
+        access link? Only then is a shortfall theirs to make up with a backup. A
+        coordinator stops short of the link only for a reason: it ran out of
+        mirrors, hit its maximum, or kept two mirrors it knows to share a congested
+        link apart, one of them a backup (shared bottleneck, 1 Gbit/s: such a backup
+        joined, shared its link, and was parked along with a wrong second verdict).
+        A mirror-only download has no expected rates: its backups only stand in."""
+        rates = [m.expected_bps or 0.0 for m in self.plan.active]
+        if not rates or min(rates) <= 0:
+            return False
+        return sum(rates) >= self.cfg.top_up_covered * access_bps
 
     def _start_backup(self, why: str = "") -> bool:
         """Start the next unused backup mirror (caller holds the lock); ``why`` for
