@@ -490,6 +490,9 @@ def test_parked_flow_resumes_when_the_aggregate_falls(tmp_path, ftp_mirrors):
     assert ("congested", parked) in events and ("resumed", parked) in events
     resumed = next(e for e in s.events if e.kind == "resumed")
     assert "did not hold" in resumed.detail
+    # undone as soon as the aggregate shows it (park_early_s), not at the probation's end
+    congested = next(e for e in s.events if e.kind == "congested")
+    assert resumed.at_s - congested.at_s < 2.5, (congested, resumed)
     assert next(x for x in s.mirrors if x.name == parked).state == "done"
 
 
