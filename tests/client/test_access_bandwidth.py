@@ -169,6 +169,42 @@ def test_queued_runs_keep_the_backlogged_stretch_only():
 GW = "10.1.2.1"
 
 
+def _trains_from(monkeypatch, *rates: float) -> list[int]:
+    """measure() gets one tbf_train per call, at these rates in turn (the first one
+    a spoiled train that reads too fast); returns the list of calls made."""
+    from pftp_client import packet_train
+
+    calls: list[int] = []
+
+    def fake_send_train(target, **kw):
+        sends, replies = tbf_train(rates[len(calls)])
+        calls.append(1)
+        return packet_train.TrainSample(target, "raw", len(sends), tuple(sends),
+                                        tuple(replies), SIZE, 0.01)
+
+    monkeypatch.setattr(packet_train, "send_train", fake_send_train)
+    return calls
+
+
+def test_measure_takes_the_lower_of_two_trains(monkeypatch):
+    """A spoiled train reads too fast (a receiver that batched the replies, a bucket
+    refilled during a pause); a second one, when the budget has room, catches it."""
+    from pftp_client.packet_train import measure
+
+    calls = _trains_from(monkeypatch, 200e6, 80e6, 80e6)
+    m = measure("10.0.0.1")
+    assert len(calls) == 2 and m.trains == 2
+    assert m.estimate.rate_bps == pytest.approx(80e6, rel=0.05)
+
+
+def test_measure_keeps_one_figure_when_no_second_train_fits(monkeypatch):
+    from pftp_client.packet_train import measure
+
+    calls = _trains_from(monkeypatch, 80e6, 200e6)
+    m = measure("10.0.0.1", budget_s=0.05)
+    assert len(calls) == 1 and m.estimate.rate_bps == pytest.approx(80e6, rel=0.05)
+
+
 def route_file(tmp_path: Path, *, gateway_hex: str = "0102010A", metric: int = 0) -> Path:
     path = tmp_path / "route"
     path.write_text(

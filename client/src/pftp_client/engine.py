@@ -838,13 +838,13 @@ class DownloadEngine:
 
         The coordinator picks mirrors until their expected rates cover the access
         bandwidth (paper 004, 3.2.2). Those rates are estimates: when what the
-        mirrors deliver falls short, the client adds the next one itself. Only
-        when they were meant to cover it (_meant_to_fill). Judged over the aggregate's whole window
-        after the start and after each join. A join that did not raise the
-        aggregate by a tenth of the link ends it: the limit is elsewhere (the figure
-        is wrong, or a link upstream is shared). Not while a lead start holds the
-        others in reserve, nor while a flow is parked (the shared-congestion
-        verdict: the flows fill a shared link)."""
+        mirrors deliver falls short, the client adds the next one itself, but only
+        when they were meant to cover it (_meant_to_fill). Judged over the
+        aggregate's whole window, after the start and after each join. A join that
+        did not raise the aggregate by a tenth of the link ends it: the limit is
+        elsewhere (the figure is wrong, or a link upstream is shared). Not while a
+        lead start holds the others in reserve, nor while a flow is parked (the
+        shared-congestion verdict: the flows fill a shared link)."""
         access = self.cfg.access_bps
         if (
             not access
