@@ -123,6 +123,10 @@ class EngineConfig:
     # when three quarters of the aggregate's window come after it (a wrong verdict
     # between two independent 20 Mbit/s mirrors cost 2.9 s of one of them: 1.21x).
     park_early_s: float = 1.5
+    # No parking for the access link with less work left than this at the current
+    # rate (a probation's worth): it could not be judged, and its cut would be the
+    # end's (drop_flows).
+    park_min_left_s: float = 2.5
     # Dynamic mode with access_bps known: one flow over the whole file first, the
     # others connected and standing by until it shows it cannot fill the link.
     lead_start: bool = True
@@ -467,6 +471,15 @@ class DownloadEngine:
                     self._log(f"{', '.join(flow_ids)}: shares the client's access link "
                               f"({agg / 1e6:.1f} of {access / 1e6:.1f} Mbit/s); kept: it has "
                               "room left")
+                    return dropped
+                left_s = (self.size - self.committed.total()) * 8 / agg if agg else 0.0
+                if left_s < self.cfg.park_min_left_s:
+                    # A parking saves the cuts the flow would cost later; this late
+                    # its own cut is the last one, and the bytes it keeps in flight
+                    # can stall the end (table 1: a parking at 5.2 s, then 2 s
+                    # with no event before the last byte).
+                    self._log(f"{', '.join(flow_ids)}: {why}; kept: only {left_s:.1f} s of "
+                              "work left")
                     return dropped
                 if self._parkings:
                     # One at a time: every flow crosses the access link, so the
