@@ -369,9 +369,15 @@ class DropAfter:
     engine has measured the aggregate rate (half a second of data), which parking
     and the access-link rule need."""
 
-    def __init__(self, control, flow: str, limit: int, measured: bool = False) -> None:
+    def __init__(self, control, flow: str, limit: int, measured: bool = False,
+                 timings=None) -> None:
         self.control, self.flow, self.limit, self.seen, self.dropped = control, flow, limit, 0, []
         self.measured = measured
+        if timings is not None:
+            # what the flow received before this detector was attached (the engine
+            # attaches it once every flow has data: a throttled mirror's first burst
+            # may be over by then)
+            self.seen = int(timings.snapshot(flow)[1].sum())
 
     def flow_started(self, flow_id, mirror):
         pass
@@ -380,12 +386,14 @@ class DropAfter:
         pass
 
     def on_receive(self, flow_id, arrival_ns, nbytes):
-        if flow_id == self.flow and not self.dropped:
+        if self.dropped:
+            return
+        if flow_id == self.flow:
             self.seen += nbytes
-            if self.seen >= self.limit and (
-                not self.measured or self.control.aggregate_bps() is not None
-            ):
-                self.dropped = self.control.drop_flows([flow_id], reason="congested")
+        if self.seen >= self.limit and (
+            not self.measured or self.control.aggregate_bps() is not None
+        ):
+            self.dropped = self.control.drop_flows([self.flow], reason="congested")
 
 
 def stand_in(cls, *args):
@@ -394,7 +402,8 @@ def stand_in(cls, *args):
     made: list = []
 
     def factory(control, timings):
-        made.append(cls(control, *args))
+        kw = {"timings": timings} if cls is DropAfter else {}
+        made.append(cls(control, *args, **kw))
         return made[0]
 
     return factory, made
