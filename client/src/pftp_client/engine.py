@@ -472,7 +472,7 @@ class DownloadEngine:
                               f"({agg / 1e6:.1f} of {access / 1e6:.1f} Mbit/s); kept: it has "
                               "room left")
                     return dropped
-                left_s = (self.size - self.committed.total()) * 8 / agg if agg else 0.0
+                left_s = self._work_left_s(agg / 8)
                 if left_s < self.cfg.park_min_left_s:
                     # A parking saves the cuts the flow would cost later; this late
                     # its own cut is the last one, and the bytes it keeps in flight
@@ -883,9 +883,8 @@ class DownloadEngine:
             self._top_up_low_rounds = 0
             return
         self._top_up_low_rounds += 1
-        left = self.size - self.committed.total()
         if (self._top_up_low_rounds < self.cfg.top_up_rounds
-                or left < agg * self.cfg.top_up_min_left_s):
+                or self._work_left_s(agg) < self.cfg.top_up_min_left_s):
             return
         why = (f"the flows carry {agg * 8 / 1e6:.2f} Mbit/s of the {access / 1e6:.2f} Mbit/s "
                "access link")
@@ -893,6 +892,11 @@ class DownloadEngine:
             self._top_up_at, self._top_up_from = now, agg
             self._top_up_low_rounds = 0
             self._lock.notify_all()
+
+    def _work_left_s(self, rate_Bps: float) -> float:
+        """Seconds of work left at ``rate_Bps`` (the bytes not yet in place)."""
+        left = self.size - self.committed.total()
+        return left / rate_Bps if rate_Bps > 0 else (0.0 if left <= 0 else float("inf"))
 
     def _meant_to_fill(self, access_bps: float) -> bool:
         """Did the plan's mirrors, by the coordinator's expected rates, cover the

@@ -397,13 +397,12 @@ class DropAfter:
 
 
 def stand_in(cls, *args):
-    """A detector factory that builds one ``cls(control, *args)``, and the list
-    that will hold it."""
+    """A detector factory that builds one ``cls(control, *args, timings=...)`` (the
+    engine's arrival history so far), and the list that will hold it."""
     made: list = []
 
     def factory(control, timings):
-        kw = {"timings": timings} if cls is DropAfter else {}
-        made.append(cls(control, *args, **kw))
+        made.append(cls(control, *args, timings=timings))
         return made[0]
 
     return factory, made
@@ -560,7 +559,7 @@ class NamesNearTheEnd:
     engine has ``fraction`` of ``size`` bytes in place (read off the engine: the
     observer itself sees only the bytes after it was attached)."""
 
-    def __init__(self, control, flow: str, size: int, fraction: float) -> None:
+    def __init__(self, control, flow: str, size: int, fraction: float, timings=None) -> None:
         self.control, self.flow, self.at = control, flow, int(size * fraction)
         self.calls = []
 
@@ -597,7 +596,7 @@ class NamesTwoAtOnce:
     """A stand-in detector for a full access link: once the aggregate is measured
     it names m1 and m2 together, then m2 again at m2's next receive."""
 
-    def __init__(self, control) -> None:
+    def __init__(self, control, timings=None) -> None:
         self.control, self.calls = control, []
 
     def flow_started(self, flow_id, mirror):
