@@ -284,3 +284,47 @@ def test_the_early_parser_knows_every_option_of_get() -> None:
         (flags if action.nargs == 0 else with_value).update(action.option_strings)
     assert with_value == early._WITH_VALUE
     assert flags == early._FLAGS
+
+
+def _rest_args_handler(seen: list[tuple[int, str]]) -> type:
+    from pyftpdlib.handlers import FTPHandler
+
+    class RecordsRest(FTPHandler):
+        def ftp_REST(self, line: str) -> None:
+            seen.append((self.server.address[1], line))
+            super().ftp_REST(line)
+
+    return RecordsRest
+
+
+@pytest.mark.parametrize("constant", [False, True], ids=["random", "zeros"])
+def test_the_early_transfers_check_rest_from_their_data(
+    start_pyftpd, tmp_path: Path, clean_early, monkeypatch, constant: bool
+) -> None:
+    """An even start: each other mirror's transfer starts at its block right after
+    SIZE, and its first bytes, different from the first mirror's bytes at 0, show
+    that REST was honoured: no REST probe (at size-1). A file whose blocks start
+    with the same bytes as the file (zeros) cannot show it: the probe decides, and
+    the transfers start after it. Either way the download uses them and verifies."""
+    from pftp_client import download
+    from pftp_client.ranges import first_offsets
+
+    monkeypatch.delenv("PFTP_ACCESS_BANDWIDTH", raising=False)
+    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
+    data = bytes(3_000_000) + b"end" if constant else os.urandom(3_000_003)
+    seen: list[tuple[int, str]] = []
+    first = start_pyftpd(handler=_rest_args_handler(seen))
+    first.put("f.bin", data)
+    others = [start_pyftpd(root=first.root, handler=_rest_args_handler(seen)) for _ in range(2)]
+    urls = [s.url("f.bin") for s in (first, *others)]
+    early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
+    probes = [early._probes[u] for u in urls]
+    assert [_head_offset(p) for p in probes] == first_offsets(len(data), 3)
+    assert all(p.result()[1].rest_honoured for p in probes[1:])
+    probed = sorted(port for port, arg in seen if arg == str(len(data) - 1))
+    assert probed == (sorted(s.port for s in others) if constant else [])
+    summary = download(mirrors=urls, output=tmp_path / "f.bin", timeout=30.0,
+                       sha256=hashlib.sha256(data).hexdigest(), congestion="off")
+    assert summary.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
+    assert all(_head_offset(p) is None for p in probes)  # each was taken over
+    assert summary.duplicate_bytes == 0

@@ -117,6 +117,45 @@ def test_probes_start_before_the_engine_loads(pyftpd_server, tmp_path: Path) -> 
     assert out.read_bytes() == data
 
 
+# Not needed by the FTP transport up to a transfer's first bytes (the head start's
+# path, early.py): each costs 2-4 ms there, loaded later by the CLI's thread.
+NOT_BEFORE_FIRST_BYTE = (
+    "dataclasses", "encodings.idna", "logging", "netrc", "re", "typing", "urllib.parse",
+)
+
+
+def test_the_ftp_transport_reaches_the_data_without_heavy_imports(
+    pyftpd_server, tmp_path: Path
+) -> None:
+    """Log in, SIZE, a head transfer's first bytes at an offset (REST, checked the
+    way early.py checks it: from the data) and at 0, in a fresh interpreter: none
+    of the modules above is loaded, and the bytes are the file's."""
+    import os
+
+    data = os.urandom(300_000)
+    pyftpd_server.put("f.bin", data)
+    url = pyftpd_server.url("f.bin")
+    code = (
+        "import sys, time\n"
+        "from pftp_client.transports.ftp import FtpFetcher\n"
+        f"first, other = FtpFetcher({url!r}), FtpFetcher({url!r})\n"
+        "first.start_head(); other.start_head(1000, rest_checked_later=True)\n"
+        "while (v := other.confirm_rest(first.head_bytes(4096)[0], 4096)) is None:\n"
+        "    time.sleep(0.001)\n"
+        "print(v, first.size(), other._head.buf[:16].hex(), first.head_bytes(16)[0].hex())\n"
+        f"print(sorted(m for m in {NOT_BEFORE_FIRST_BYTE!r} if m in sys.modules))\n"
+        "first.close(); other.close()\n"
+    )
+    env_home = tmp_path / "home"
+    env_home.mkdir()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env={**_env(tmp_path), "HOME": str(env_home)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    verdict, loaded = out.stdout.strip().splitlines()
+    assert verdict.split() == ["True", str(len(data)), data[1000:1016].hex(), data[:16].hex()]
+    assert loaded == "[]"
+
+
 def test_public_api_resolves_lazily() -> None:
     import pftp_client
     from pftp_client import download

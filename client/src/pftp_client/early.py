@@ -95,6 +95,11 @@ def mirror_urls(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
 _VERDICT_WAIT_S = 0.05
 # A transfer started on a guess (an offset past 0) holds at most this much unread.
 _GUESS_BUFFER_BYTES = 1024 * 1024
+# REST checked from the data (EarlyProbe._start_at): equal first bytes over this
+# many cannot tell, and the probe decides. Their wait is bounded: the probe costs
+# two round trips, and the bytes come one round trip after RETR.
+_REST_SAMPLE_BYTES = 4096
+_REST_WAIT_S = 0.25
 
 
 class EarlyProbe:
@@ -143,10 +148,11 @@ class EarlyProbe:
         try:
             if self.head:
                 f.start_head()
-            else:
+            elif self.leader is None:
                 # Every mirror but the first starts at an offset: its first request
                 # checks that REST works. Done now, it is off the path of that
-                # request (a standby's join, an even start's block).
+                # request (a standby's join, an even start's block). With a first
+                # mirror sending from 0, _start_at checks it from the data instead.
                 f.prepare(threading.Event())
             # (either asks the size on the way, its passive port in the same write)
         except (TransferError, OSError) as exc:
@@ -160,25 +166,59 @@ class EarlyProbe:
             return self.url, None, None, str(exc)
         if not self.head and size:
             try:
-                if self.at:
-                    f.start_head(self.at)
+                if self.at:  # (a coordinator's portion: the fetcher's own buffer)
+                    self._start_at(f, self.at, size, None)
+                elif offset := self._guessed_offset(size):
+                    self._start_at(f, offset, size, _GUESS_BUFFER_BYTES)
                 else:
-                    self._guess_head(f, size)
+                    f.prepare(threading.Event())  # (a standby: for its join)
             except (TransferError, OSError) as exc:
                 log.debug("%s: no transfer ahead: %s", self.url, exc)
         return self.url, f, size, ""
 
-    def _guess_head(self, f: Any, size: int) -> None:
-        """Start this mirror's transfer at its first block of an even start, when
-        the engine will deal that way (class doc)."""
+    def _guessed_offset(self, size: int) -> int | None:
+        """This mirror's first block of an even start, when the engine will deal that
+        way (class doc); None otherwise."""
         if not self.slot or self.leader is None:
-            return
+            return None
         from pftp_client.ranges import first_offsets
 
         offset = first_offsets(size, self.slots)[self.slot]
-        if not offset or not self._all_start_at_once():
-            return
-        f.start_head(offset, limit=_GUESS_BUFFER_BYTES)
+        return offset if offset and self._all_start_at_once() else None
+
+    def _start_at(self, f: Any, offset: int, size: int, limit: int | None) -> None:
+        """Start the transfer at ``offset``. REST is checked from its first bytes
+        against the first mirror's bytes at 0 (FtpFetcher.confirm_rest), which
+        saves the probe's round trips on the way to the data; when they cannot
+        tell (equal bytes, no data in time) the probe decides, and the transfer
+        starts again after it."""
+        kw = {} if limit is None else {"limit": limit}
+        if f.rest_honoured is None and self.leader is not None:
+            f.start_head(offset, rest_checked_later=True, **kw)
+            if self._rest_shown(f, min(_REST_SAMPLE_BYTES, size - offset)):
+                return
+        f.prepare(threading.Event())  # (aborts an unconfirmed transfer first)
+        f.start_head(offset, **kw)
+
+    def _rest_shown(self, f: Any, need: int) -> bool:
+        """Waits (bounded) until this mirror's first bytes show that REST was
+        honoured: True; False when they cannot show it."""
+        leader = self.leader
+        assert leader is not None
+        deadline = time.monotonic() + _REST_WAIT_S
+        if not leader._done.wait(_REST_WAIT_S):
+            return False
+        first = leader._value[1]
+        while first is not None and time.monotonic() < deadline:
+            ref = first.head_bytes(need)
+            if ref is None:
+                return False  # the first mirror sends nothing from 0
+            reference, final = ref
+            verdict = f.confirm_rest(reference, len(reference) if final else need)
+            if verdict is not None:
+                return verdict
+            time.sleep(0.001)
+        return False
 
     def _all_start_at_once(self) -> bool:
         try:
@@ -331,12 +371,15 @@ def start_portions(portions: Sequence[tuple[str, int]], timeout: float) -> list[
     """For a coordinator's plan: connect to each FTP mirror and start its transfer at
     the start of its portion ((url, start) pairs), while the engine's modules load.
     download() hands each to the flow that asks for that mirror (``take``)."""
+    ftp = sorted((start, url) for url, start in portions if url.lower().startswith("ftp://"))
+    probes: list[EarlyProbe] = []
     with _lock:
-        return [
-            _launch(EarlyProbe(url, timeout, None, 0, at=start))
-            for url, start in portions
-            if url.lower().startswith("ftp://")
-        ]
+        for start, url in ftp:
+            # the portion at 0, started first, lets the others check REST from
+            # their data (_start_at)
+            leader = probes[0] if probes and probes[0].at == 0 else None
+            probes.append(_launch(EarlyProbe(url, timeout, None, 0, leader, at=start)))
+    return probes
 
 
 def take(url: str, timeout: float) -> EarlyProbe | None:

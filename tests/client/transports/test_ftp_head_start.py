@@ -180,3 +180,78 @@ def test_a_head_past_the_end_is_not_started(recording_server) -> None:
         f.prepare(threading.Event())
         f.start_head(1000)
         assert f.head_progress() is None
+
+
+class IgnoresRest(FTPHandler):
+    """Answers 350 to REST and sends from byte 0 all the same."""
+
+    def ftp_REST(self, line: str) -> None:
+        self.respond(f"350 Restarting at position {line}.")
+
+
+def _reference(data: bytes, n: int = 4096) -> bytes:
+    return data[:n]  # what a transfer from byte 0 on another mirror brings
+
+
+def test_a_head_checked_from_its_data_is_taken_over_without_the_probe(
+    recording_server,
+) -> None:
+    """rest_checked_later: the transfer starts at once; its first bytes differ from
+    the file's first bytes, which shows REST was honoured: no REST probe is sent
+    (the one at size-1), and the fetch takes the transfer over."""
+    data = os.urandom(1_500_000)
+    recording_server.put("f.bin", data)
+    with FtpFetcher(recording_server.url("f.bin")) as f:
+        f.start_head(500_000, rest_checked_later=True)
+        assert f.confirm_rest(b"", 4096) is None  # nothing to compare with yet
+        _wait_buffered(f, 4096)
+        assert f.confirm_rest(_reference(data), 4096) is True
+        assert f.rest_honoured is True
+        got = bytearray()
+        n = f.fetch(500_000, RangeEnd(900_000), lambda p, b, t: got.extend(b), threading.Event())
+        assert n == 400_000 and bytes(got) == data[500_000:900_000]
+        assert Recording.commands.count("RETR") == 1 and Recording.commands.count("REST") == 1
+
+
+def test_equal_bytes_cannot_confirm_and_the_fetch_falls_back_to_the_probe(
+    recording_server,
+) -> None:
+    """A file whose bytes at the offset equal its first bytes (here: zeros) cannot
+    show REST from the data: confirm_rest says False, the fetch does not take the
+    unconfirmed transfer over, it aborts it, probes REST and starts again."""
+    data = bytes(1_000_000) + os.urandom(1000)
+    recording_server.put("f.bin", data)
+    with FtpFetcher(recording_server.url("f.bin")) as f:
+        f.start_head(300_000, rest_checked_later=True)
+        _wait_buffered(f, 4096)
+        assert f.confirm_rest(_reference(data), 4096) is False
+        assert f.rest_honoured is None
+        got = bytearray()
+        n = f.fetch(300_000, RangeEnd(len(data)), lambda p, b, t: got.extend(b),
+                    threading.Event())
+        assert n == len(data) - 300_000 and bytes(got) == data[300_000:]
+        assert "ABOR" in Recording.commands  # the unconfirmed transfer was stopped
+        assert Recording.commands.count("RETR") == 3  # it, the probe, the transfer
+        assert f.rest_honoured is True
+
+
+def test_a_server_ignoring_rest_never_gets_its_head_trusted(start_pyftpd) -> None:
+    """A server that answers 350 and sends from 0: its first bytes equal the
+    reference, so the transfer is never confirmed; the fetch's probe finds the lie
+    and nothing is delivered."""
+    from pftp_client.transports.base import RangeNotHonoured
+
+    server = start_pyftpd(handler=IgnoresRest)
+    data = os.urandom(600_000)
+    server.put("f.bin", data)
+    with FtpFetcher(server.url("f.bin")) as f:
+        f.start_head(200_000, rest_checked_later=True)
+        _wait_buffered(f, 4096)
+        assert f.confirm_rest(_reference(data), 4096) is False
+        got = bytearray()
+        with pytest.raises(RangeNotHonoured):
+            f.fetch(200_000, RangeEnd(len(data)), lambda p, b, t: got.extend(b),
+                    threading.Event())
+        assert not got and f.rest_honoured is False
+        with pytest.raises(RangeNotHonoured):  # and no later head at an offset either
+            f.start_head(200_000, rest_checked_later=True)

@@ -53,12 +53,68 @@ def test_ftp_target_decoding() -> None:
         ftp_target("ftp://h/a%0D%0ADELE%20b")
 
 
+# Plain URLs take ftp.py's own split (no urllib.parse before the first connect);
+# the others urlsplit's. Both must give what urlsplit gives.
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://h/f",
+        "ftp://10.77.10.2/data.bin",
+        "FTP://Mirror.Example.ORG:2121/pub/Debian/f.iso;type=i",
+        "ftp://user:pass@h:21/a/b/c",
+        "ftp://user@h/f",
+        "ftp://user:@h/f",
+        "ftp://:pw@h/f",
+        "ftp://a@b@h/f",
+        "ftp://u:p:q@h/f",
+        "ftp://h:0/f",
+        "ftp://h:/f",
+        "ftp://h",
+        "ftp:///f",
+        "ftp://@h/f",
+        "ftp://h/%2Fsrv/f",
+        "ftp://us%40er:p%3Ass@[::1]:2121/pub/f",
+        "ftp://h/f?x=1",
+        "ftp://h/f#frag",
+        " ftp://h/f",
+        "ftp://h/a\tb",
+        "ftp://hé/f",
+        "x-y.z+1://h/f",
+        "ftp:/h/f",
+        "1ftp://h/f",
+    ],
+)
+def test_plain_url_split_agrees_with_urlsplit(url: str) -> None:
+    from urllib.parse import urlsplit
+
+    from pftp_client.transports.ftp import _plain_url_parts
+
+    parts = _plain_url_parts(url)
+    if parts is None:
+        return  # (urlsplit's own)
+    u = urlsplit(url)
+    assert parts == (u.scheme, u.hostname, u.port, u.path, u.username, u.password)
+
+
+@pytest.mark.parametrize("url", ["ftp://h:99999/f", "ftp://h:2x/f", "ftp://h:-1/f", "ftp://h:1:2/f"])
+def test_a_bad_port_is_refused_on_both_paths(url: str) -> None:
+    from urllib.parse import urlsplit
+
+    with pytest.raises(ValueError):
+        _ = urlsplit(url).port
+    with pytest.raises(ValueError, match="invalid port"):
+        ftp_target(url)
+
+
 def test_epsv_and_pasv_parsing() -> None:
     assert parse_epsv("229 Entering Extended Passive Mode (|||6446|)") == 6446
     assert parse_epsv("229 Extended Passive mode OK (!!!40407!)") == 40407
     assert parse_pasv("227 Entering Passive Mode (127,0,0,1,156,64).") == ("127.0.0.1", 40000)
     assert parse_pasv("227 =10,1,2,3,4,1") == ("10.1.2.3", 1025)
-    for bad in ("229 nope", "229 (|||0|)", "229 (|||70000|)"):
+    assert parse_epsv("229 (x) then (|||21|) and (|||22|)") == 21  # the first that matches
+    assert parse_epsv("229 (|||123456|) (|||7|)") == 7  # (six digits do not match)
+    for bad in ("229 nope", "229 (|||0|)", "229 (|||70000|)", "229 (||1|)", "229 (|||12|",
+                "229 (|||1|2|)", "229 (|||١٢|)"):
         with pytest.raises(TransientError):
             parse_epsv(bad)
     for bad in ("227 (1,2,3,4)", "227 (300,1,1,1,1,1)", "227 (1,2,3,4,0,0)"):

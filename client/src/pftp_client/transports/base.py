@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Protocol
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
+if TYPE_CHECKING:
+    from pftp_client.transports.fetcher import RangeFetcher
 
 
 class TransferError(Exception):
@@ -113,33 +116,19 @@ class RangeEnd:
 DataSink = Callable[[int, memoryview, int], None]
 
 
-class RangeFetcher(Protocol):
-    url: str
+def __getattr__(name: str) -> object:
+    # RangeFetcher lives in fetcher.py: its Protocol base loads typing (~4 ms), and
+    # this module is on the way to the first connect (early.py).
+    if name == "RangeFetcher":
+        from pftp_client.transports.fetcher import RangeFetcher
 
-    def fetch(
-        self,
-        offset: int,
-        end: RangeEnd,
-        sink: DataSink,
-        cancel: threading.Event,
-    ) -> int:
-        """Deliver bytes [offset, end.value) to ``sink`` in order and return the
-        number of bytes delivered. Returns early (without error) when ``end``
-        is lowered to or below the next byte. Raises ``Cancelled`` when
-        ``cancel`` is set, ``TransferError`` subclasses on failure; bytes
-        already passed to ``sink`` before an error are valid and kept."""
-        ...
-
-    def size(self) -> int | None:
-        """Size of the remote file as the server reports it (SIZE / HEAD), if known."""
-        ...
-
-    def close(self) -> None:
-        """Release connections; safe to call twice."""
-        ...
+        return RangeFetcher
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def open_fetcher(url: str, *, timeout: float = 30.0, stall_timeout: float = 15.0) -> RangeFetcher:
+def open_fetcher(
+    url: str, *, timeout: float = 30.0, stall_timeout: float = 15.0
+) -> RangeFetcher:
     """Create a fetcher for ``url`` by scheme (ftp://, http://, https://)."""
     from pftp_client.transports.registry import fetcher_for_url
 

@@ -30,17 +30,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import netrc
 import os
-import re
 import select
 import socket
 import struct
 import threading
 import time
+from collections import namedtuple
 from collections.abc import Callable
-from typing import NamedTuple
-from urllib.parse import unquote, urlsplit
 
 from pftp_client.lazy import LazyLogger
 from pftp_client.transports.base import (
@@ -79,7 +76,7 @@ _PASSIVE_MAX_AGE = 10.0
 HEAD_BUFFER_BYTES = 4 * 1024 * 1024
 # Greetings of servers that lftp (ftp:auto-sync-mode) knows to mishandle pipelined
 # commands: with these we send one command at a time.
-_SYNC_ONLY_GREETING = re.compile(r"icrosoft FTP Service|MadGoat|MikroTik")
+_SYNC_ONLY_GREETINGS = ("icrosoft FTP Service", "MadGoat", "MikroTik")
 # Kernel receive timestamps (SO_TIMESTAMPNS, Linux value when the module lacks it).
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 DEFAULT_TIMEOUT_S = 30.0  # connect and reply; ClientSettings.timeout has the same default
@@ -89,9 +86,11 @@ _TS_ANCILLARY = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 # ---------------------------------------------------------------- pure parsing
 
 
-# NamedTuples, not dataclasses: this module is on the way to the first connect
-# (early.py), and dataclasses loads inspect (~10 ms).
-class FtpReply(NamedTuple):
+# Named tuples, not dataclasses or typing.NamedTuple: this module is on the way to
+# the first connect (early.py), where dataclasses (inspect, ~10 ms) and typing
+# (~4 ms) would be loaded for them alone.
+class FtpReply(namedtuple("FtpReply", "code text")):
+    __slots__ = ()
     code: int
     text: str  # every line of the reply, joined with "\n"
 
@@ -104,7 +103,8 @@ class FtpReply(NamedTuple):
         return self.text.replace("\n", " | ")
 
 
-class FtpTarget(NamedTuple):
+class FtpTarget(namedtuple("FtpTarget", "host port user password path")):
+    __slots__ = ()
     host: str
     port: int
     user: str | None  # None: take it from netrc or log in anonymously
@@ -120,47 +120,102 @@ def ftp_target(url: str) -> FtpTarget:
     makes it absolute (``ftp://h/%2Fsrv/f`` -> ``/srv/f``). A ``;type=`` suffix
     is dropped (we always transfer in binary).
     """
-    parts = urlsplit(url)
-    if parts.scheme.lower() != "ftp":
+    parts = _plain_url_parts(url)
+    if parts is None:
+        from urllib.parse import unquote, urlsplit
+
+        split = urlsplit(url)
+        try:
+            parts = (split.scheme, split.hostname, split.port, split.path,
+                     split.username, split.password)
+        except ValueError as exc:
+            raise ValueError(f"FTP URL has an invalid port: {url!r}") from exc
+    else:
+        def unquote(text: str) -> str:
+            return text  # (no "%" in a plain URL)
+    scheme, hostname, port, raw_path, username, password = parts
+    if scheme.lower() != "ftp":
         raise ValueError(f"not an ftp:// URL: {url!r}")
-    if not parts.hostname:
+    if not hostname:
         raise ValueError(f"FTP URL has no host: {url!r}")
-    try:
-        port = parts.port or 21
-    except ValueError as exc:
-        raise ValueError(f"FTP URL has an invalid port: {url!r}") from exc
-    raw_path = parts.path.split(";type=")[0]
+    raw_path = raw_path.split(";type=")[0]
     segments = [unquote(s) for s in raw_path.lstrip("/").split("/")]
     path = "/".join(segments)
     if not path or path.endswith("/"):
         raise ValueError(f"FTP URL does not name a file: {url!r}")
-    for field_value in (path, unquote(parts.username or ""), unquote(parts.password or "")):
+    for field_value in (path, unquote(username or ""), unquote(password or "")):
         if "\r" in field_value or "\n" in field_value or "\0" in field_value:
             raise ValueError(f"FTP URL contains a control character: {url!r}")
     return FtpTarget(
-        host=parts.hostname,
-        port=port,
-        user=unquote(parts.username) if parts.username is not None else None,
-        password=unquote(parts.password) if parts.password is not None else None,
+        host=hostname,
+        port=port or 21,
+        user=unquote(username) if username is not None else None,
+        password=unquote(password) if password is not None else None,
         path=path,
     )
 
 
-_EPSV_RE = re.compile(r"\((.)\1\1(\d{1,5})\1\)")
-_PASV_RE = re.compile(r"(\d{1,3}),(\d{1,3}),(\d{1,3}),(\d{1,3}),(\d{1,3}),(\d{1,3})")
+# What urlsplit would make of a URL, for the URLs where that is plain string work.
+_PLAIN_URL_CHARS = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~:/@!$&'()*+,;="
+)
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.")
+
+
+def _plain_url_parts(
+    url: str,
+) -> tuple[str, str | None, int | None, str, str | None, str | None] | None:
+    """(scheme, hostname, port, path, username, password) exactly as
+    urllib.parse.urlsplit gives them, for a URL of unreserved characters with no
+    percent-escape, IPv6 bracket, query or fragment; None for any other URL (the
+    caller asks urlsplit). urllib.parse loads re and ipaddress (~5 ms) on the way
+    to the first connect, and a mirror's URL is nearly always this plain.
+    ValueError for a port urlsplit would refuse."""
+    scheme, sep, rest = url.partition("://")
+    if (not sep or not scheme or not scheme[0].isalpha() or not set(scheme) <= _SCHEME_CHARS
+            or not set(rest) <= _PLAIN_URL_CHARS):
+        return None
+    netloc, slash, path = rest.partition("/")
+    userinfo, at, hostport = netloc.rpartition("@")
+    username = password = None
+    if at:
+        username, colon, password = userinfo.partition(":")
+        if not colon:
+            password = None
+    hostname, _, port_text = hostport.partition(":")
+    port = None
+    if port_text:
+        if not port_text.isdigit():
+            raise ValueError(f"FTP URL has an invalid port: {url!r}")
+        port = int(port_text)
+        if port > 65535:
+            raise ValueError(f"FTP URL has an invalid port: {url!r}")
+    return scheme.lower(), hostname.lower() or None, port, slash + path, username, password
 
 
 def parse_epsv(text: str) -> int:
-    """Port from a 229 reply: ``229 Entering Extended Passive Mode (|||6446|)`` (RFC 2428)."""
-    m = _EPSV_RE.search(text)
-    if not m or not 0 < int(m.group(2)) < 65536:
-        raise TransientError(f"unparsable EPSV reply: {text!r}")
-    return int(m.group(2))
+    """Port from a 229 reply: ``229 Entering Extended Passive Mode (|||6446|)`` (RFC 2428):
+    the first ``(dddNd)`` with d any one character and N 1-5 digits. (Without re:
+    this runs on the way to the first byte, and re costs ~3 ms to load.)"""
+    start = text.find("(")
+    while start >= 0:
+        d = text[start + 1 : start + 2]
+        if d and text[start + 2 : start + 4] == d + d:
+            end = text.find(d + ")", start + 4)
+            digits = text[start + 4 : end] if end > 0 else ""
+            if 1 <= len(digits) <= 5 and digits.isdigit() and digits.isascii():
+                if 0 < int(digits) < 65536:
+                    return int(digits)
+                break
+        start = text.find("(", start + 1)
+    raise TransientError(f"unparsable EPSV reply: {text!r}")
 
 
 def parse_pasv(text: str) -> tuple[str, int]:
     """Address and port from a 227 reply: ``227 Entering Passive Mode (h1,h2,h3,h4,p1,p2)``."""
-    m = _PASV_RE.search(text)
+    import re  # (rare: EPSV is tried first)
+
+    m = re.search(r"(\d{1,3}),(\d{1,3}),(\d{1,3}),(\d{1,3}),(\d{1,3}),(\d{1,3})", text)
     if not m:
         raise TransientError(f"unparsable PASV reply: {text!r}")
     nums = [int(g) for g in m.groups()]
@@ -321,6 +376,7 @@ class _HeadReader:
         self.buf = bytearray(limit)
         self.marks: list[tuple[int, int]] = []  # (end of a receive in buf, arrival_ns)
         self.got = 0
+        self.ended = False  # the stream ended (EOF or error) before the buffer filled
         self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name="pftp-head", daemon=True)
         self._thread.start()
@@ -336,11 +392,13 @@ class _HeadReader:
                     return
                 n = self.data.recv_into(view[self.got :])
                 if n == 0:
+                    self.ended = True
                     return  # EOF: the fetch's own receive sees it again
                 self.got += n
                 self.marks.append((self.got, time.monotonic_ns()))
         except OSError as exc:
             # the fetch's own receive on this socket meets the failure again
+            self.ended = True
             log.debug("head transfer: %s", exc)
         finally:
             view.release()
@@ -415,6 +473,8 @@ class FtpFetcher:
         self._head: _HeadReader | None = None
         # Once a fetch took it over: (its RETR's time.monotonic(), [(time, bytes so far)]).
         self.head_history: tuple[float, list[tuple[float, int]]] | None = None
+        # A head from byte 0 taken over: its first bytes (head_bytes).
+        self._head_prefix: bytes | None = None
         self._recv_pos = 0
         # When True, arrival_ns passed to the sink is the kernel's receive time of
         # the data (SO_TIMESTAMPNS, converted to the time.monotonic_ns() scale)
@@ -432,8 +492,13 @@ class FtpFetcher:
         if offset >= end.value:
             return 0
         head = self._head
-        if head is not None and head.offset == offset and self._take_head() is head:
-            return self._fetch_head(head, end, sink, cancel)
+        if head is not None and head.offset == offset:
+            if offset > 0 and not self.rest_honoured:
+                # started before REST was checked, and its bytes never showed it
+                # (confirm_rest): not trusted; the probe below decides
+                self._settle_head()
+            elif self._take_head() is head:
+                return self._fetch_head(head, end, sink, cancel)
         if offset > 0:
             self._require_rest(cancel)
             if self._size is not None and offset >= self._size:
@@ -444,19 +509,26 @@ class FtpFetcher:
         delivered, _eof = self._receive(ctrl, data, offset, end, sink, cancel)
         return delivered
 
-    def start_head(self, offset: int = 0, limit: int = HEAD_BUFFER_BYTES) -> None:
+    def start_head(
+        self, offset: int = 0, limit: int = HEAD_BUFFER_BYTES, *, rest_checked_later: bool = False
+    ) -> None:
         """Start the transfer from ``offset`` now, ahead of its fetch: up to ``limit``
         bytes are read into memory meanwhile, and the first ``fetch`` at that offset
         takes the transfer over. Any other use of the connection aborts it first.
         For the entry point's head start (pftp_client.early): the data flows while
         the engine's modules load. An offset past 0 needs REST checked first
-        (``prepare``), or the data would not be trusted."""
+        (``prepare``), or the data would not be trusted; with
+        ``rest_checked_later`` the caller checks it from the first bytes instead
+        (``confirm_rest``), and a fetch does not take over a head that was not
+        confirmed so."""
         if self._head is not None:
             return
         size = self._known_size(passive=True)  # (the passive port rides with SIZE)
         if size == 0 or (size is not None and offset >= size):
             return  # nothing to send
-        if offset > 0 and not self._rest_honoured:
+        if offset > 0 and not self._rest_honoured and not (
+            rest_checked_later and self._rest_honoured is None
+        ):
             raise RangeNotHonoured(f"{self._where()}: REST not checked before a head start")
         requested_at = time.monotonic()
         ctrl, data = self._with_reconnect(lambda c: self._start_retr(c, offset))
@@ -465,6 +537,48 @@ class FtpFetcher:
                 _rst_close(data)
                 return
             self._head = _HeadReader(ctrl, data, offset, limit, requested_at)
+
+    def head_bytes(self, limit: int) -> tuple[bytes, bool] | None:
+        """The first bytes (at most ``limit``) of the head transfer read so far, and
+        whether that is all there will be (the head was taken over: what it had read
+        by then; or its stream ended). None without a head transfer from byte 0.
+        Thread-safe; for confirm_rest on other mirrors."""
+        head = self._head
+        if head is None:
+            prefix = self._head_prefix
+            return None if prefix is None else (prefix[:limit], True)
+        if head.offset != 0:
+            return None
+        buf = head.buf  # (emptied by the fetch that takes the head over)
+        got = min(head.got, len(buf), limit)
+        return bytes(buf[:got]), got < limit and head.ended
+
+    @property
+    def rest_honoured(self) -> bool | None:
+        """Whether the server honours REST (None: not checked yet)."""
+        return True if not self.verify_rest else self._rest_honoured
+
+    def confirm_rest(self, reference: bytes, need: int) -> bool | None:
+        """REST checked from the data, for a head transfer started with
+        ``rest_checked_later``: ``reference`` holds the file's first bytes (from
+        another mirror's transfer from 0). A server that ignores REST sends from
+        byte 0, so a byte that differs from the reference shows that it honoured
+        it: True (remembered: the head may be taken over). False once ``need``
+        bytes compared equal (a repeated prefix, or a server sending from 0: the
+        caller leaves it to ``prepare``'s probe); None until then. A mirror whose
+        bytes differ because they are wrong is caught as any corrupt mirror is
+        (the hashes). Thread-safe."""
+        if self._rest_honoured is not None:
+            return self._rest_honoured
+        head = self._head
+        if head is None or head.offset == 0:
+            return None
+        buf = head.buf  # (emptied by the fetch that takes the head over)
+        k = min(head.got, len(buf), len(reference))
+        if k and buf[:k] != reference[:k]:
+            self._rest_honoured = True
+            return True
+        return False if k >= need else None
 
     def head_progress(self) -> tuple[float, list[tuple[float, int]], float | None] | None:
         """While a head transfer waits for its fetch: (time.monotonic() of its RETR,
@@ -506,6 +620,8 @@ class FtpFetcher:
         # For the engine's lead judge: this flow's arrivals before the fetch.
         self.head_history = (head.requested_at, head.arrivals())
         base = head.offset
+        if base == 0:  # (head_bytes: other mirrors may still compare with it)
+            self._head_prefix = bytes(head.buf[: min(head.got, _PROBE_BYTES)])
         done = 0  # bytes of the buffer delivered
         view = memoryview(head.buf)
         try:
@@ -667,6 +783,12 @@ class FtpFetcher:
         return "anonymous", "pftp@"
 
     def _netrc_entry(self) -> tuple[str, str] | None:
+        if not self.netrc_file and not os.path.isfile(
+            os.path.join(os.path.expanduser("~"), ".netrc")  # (netrc's default)
+        ):
+            return None  # (netrc loads re and shlex: not on the way to the first connect)
+        import netrc
+
         try:
             rc = netrc.netrc(os.fspath(self.netrc_file) if self.netrc_file else None)
         except FileNotFoundError:
@@ -687,7 +809,10 @@ class FtpFetcher:
         while True:
             t = self.target
             try:
-                sock = socket.create_connection((t.host, t.port), timeout=self.timeout)
+                # An ASCII name as bytes: getaddrinfo would load the idna codec
+                # (~2 ms, on the way to the first connect) to encode it as itself.
+                host = t.host.encode() if t.host.isascii() else t.host
+                sock = socket.create_connection((host, t.port), timeout=self.timeout)
             except TimeoutError as exc:
                 raise TransientError(f"{self._where()}: connect timed out") from exc
             except OSError as exc:
@@ -726,7 +851,7 @@ class FtpFetcher:
             greeting = ctrl.reply()
         if greeting.code != 220:
             raise error_for_reply(f"{self._where()}: greeting", greeting)
-        if self.pipeline and _SYNC_ONLY_GREETING.search(greeting.text):
+        if self.pipeline and any(g in greeting.text for g in _SYNC_ONLY_GREETINGS):
             self.pipeline = False
             log.info("%s: server known to mishandle pipelining; not pipelining", self._where())
         user, password = self._credentials()
