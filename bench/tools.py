@@ -266,6 +266,31 @@ def reset_lab(ctx: RunContext) -> None:
             ctx.lab.set_rate(m, spec.rate_bps)
 
 
+def _wait_all(procs: list[subprocess.Popen[bytes]], deadline: float) -> list[int | None]:
+    """Each process's exit code, None for one killed at ``deadline`` (monotonic).
+    A blocking wait returns at the exit itself: Popen.wait(timeout=...) polls, with
+    sleeps that grow to 50 ms, which added 0-50 ms to every measured time."""
+    killed: set[int] = set()
+    lock = threading.Lock()
+
+    def expire() -> None:
+        with lock:
+            for proc in procs:
+                if proc.poll() is None:
+                    killed.add(proc.pid)
+                    proc.kill()
+
+    watchdog = threading.Timer(max(0.1, deadline - time.monotonic()), expire)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        codes = [proc.wait() for proc in procs]
+    finally:
+        watchdog.cancel()
+    with lock:
+        return [None if p.pid in killed else code for p, code in zip(procs, codes, strict=True)]
+
+
 def run_once(tool: Tool, ctx: RunContext, run_index: int) -> RunResult:
     reset_lab(ctx)
     out = ctx.out_dir / f"{tool.name.replace(':', '_')}-{run_index}.bin"
@@ -284,13 +309,7 @@ def run_once(tool: Tool, ctx: RunContext, run_index: int) -> RunResult:
         if ctx.scenario.events:
             trigger = EventTrigger(ctx, procs[0].pid, ctx.scenario.events)
             trigger.start()
-        deadline = t0 + ctx.timeout_s
-        codes = []
-        for proc in procs:
-            try:
-                codes.append(proc.wait(timeout=max(0.1, deadline - time.monotonic())))
-            except subprocess.TimeoutExpired:
-                codes.append(None)
+        codes = _wait_all(procs, t0 + ctx.timeout_s)
         if tool.parts and all(c == 0 for c in codes):
             with open(out, "wb") as dst:
                 for i in range(len(cmds)):

@@ -47,3 +47,25 @@ def test_every_scenario_has_a_finite_bound_and_a_sane_file() -> None:
     # after the kill the 30 Mbit/s mirror is gone: the bound is longer than without events
     size = dies.file_bytes(False)
     assert dies.bound_s(size) > size * 8 / 80e6
+
+
+def test_the_bench_waits_for_every_exit_and_kills_at_the_deadline() -> None:
+    """bench.tools._wait_all (a blocking wait: Popen.wait(timeout) polls in steps of
+    up to 50 ms, which the measured times used to include): exit codes as they
+    are, None for a process killed at the deadline, which is kept."""
+    import subprocess
+    import sys
+    import time
+
+    from bench.tools import _wait_all
+
+    def spawn(code: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", code])
+
+    procs = [spawn("import time; time.sleep(60)"), spawn("import sys; sys.exit(3)")]
+    t0 = time.monotonic()
+    assert _wait_all(procs, time.monotonic() + 1.0) == [None, 3]
+    assert 0.9 < time.monotonic() - t0 < 30
+    assert procs[0].returncode is not None  # killed, not left running
+    assert _wait_all([spawn("pass"), spawn("import sys; sys.exit(1)")],
+                     time.monotonic() + 30) == [0, 1]
