@@ -158,7 +158,7 @@ def request_plan(
     """POST /api/v1/assignments to the first coordinator that answers; returns
     (the coordinator's URL, the validated plan). A request that breaks its
     definition raises pftp_wire.plain.WireError (a ValueError) before any I/O."""
-    from pftp_wire.plain import AssignmentResponse, WireError, dump, parse
+    from pftp_wire.plain import dump
 
     if not urls:
         raise CoordinatorUnavailable("no coordinator URL known")
@@ -170,6 +170,16 @@ def request_plan(
         attempts=attempts,
         sleep=sleep,
     )
+    return plan_from_answer(base, status, content, request)
+
+
+def plan_from_answer(
+    base: str, status: int, content: bytes, request: AssignmentRequest
+) -> tuple[str, Plan]:
+    """request_plan's checks of an answer to POST /api/v1/assignments (also one
+    asked for by the entry point, early.EarlyPlan)."""
+    from pftp_wire.plain import AssignmentResponse, WireError, parse
+
     if status >= 400:
         raise CoordinatorRefused(
             f"coordinator {base} refused the request for {request.file!r}: "

@@ -321,11 +321,21 @@ def download(
 
     t0 = time.monotonic()
     bw: int | None = None
+    # The entry point may have asked the coordinator already (early.EarlyPlan).
+    early_plan = (
+        early.take_plan(name, coordinators, access_bandwidth_setting, timeout)
+        if name and coordinators and access_bandwidth_bps == AUTO
+        and open_fetcher is default_open_fetcher
+        else None
+    )
     if access_bandwidth_bps == AUTO:
         # The coordinator bounds its selection by it, so it is measured when one is
         # asked. A mirror-only download takes a configured figure only (no probe):
         # with it the engine tells the client's own full link from a shared one.
-        if name and coordinators:
+        if early_plan is not None:
+            bw, source = early_plan.bandwidth
+            say(f"access bandwidth: {_fmt_bw(bw)} ({source})")
+        elif name and coordinators:
             from pftp_client.access_bandwidth import access_bandwidth
 
             bw, source = access_bandwidth(access_bandwidth_setting)
@@ -356,20 +366,35 @@ def download(
     plan: Plan | None = None
     used_coordinator: str | None = None
     if name and coordinators:
-        from pftp_wire.plain import AssignmentRequest
+        from pftp_wire.plain import AssignmentRequest, dump
 
         from pftp_client.coordinator import (
             CoordinatorError,
             CoordinatorUnavailable,
             load_http,
+            plan_from_answer,
             request_plan,
         )
 
         request = AssignmentRequest(file=name, access_bandwidth_bps=bw)
+        answered = early_plan.result() if early_plan is not None else None
+        if answered is not None and early_plan is not None and early_plan.payload != dump(request):
+            early_plan.discard()  # (asked differently: a bug, caught by the tests)
+            answered = None
         load_http()
         start_background()
         try:
-            used_coordinator, plan = request_plan(coordinators, request, timeout=min(timeout, 10.0))
+            if answered is not None and early_plan is not None:
+                try:
+                    used_coordinator, plan = plan_from_answer(*answered, request)
+                except BaseException:
+                    early_plan.discard()
+                    raise
+            else:
+                early_plan = None
+                used_coordinator, plan = request_plan(
+                    coordinators, request, timeout=min(timeout, 10.0)
+                )
         except CoordinatorUnavailable as exc:
             if not urls:
                 raise
@@ -380,6 +405,8 @@ def download(
             )
             say(f"{exc}; continuing with {how}")
         if plan is not None and sha256 and plan.file.sha256 != sha256:
+            if early_plan is not None:
+                early_plan.discard()
             raise CoordinatorError(
                 f"the coordinator's SHA-256 for {name!r} ({plan.file.sha256}) is not the one given "
                 f"with --sha256 ({sha256})"
@@ -388,11 +415,13 @@ def download(
     fetcher_cache: dict[str, list[RangeFetcher]] = {}
     starting: dict[str, early.EarlyProbe] = {}
     if plan is not None and plan.portions and open_fetcher is default_open_fetcher:
-        # Each mirror's transfer starts at its portion while the engine's modules load.
-        for probe in early.start_portions(
+        # Each mirror's transfer starts at its portion while the engine's modules load
+        # (or started as soon as the early plan came).
+        for probe in (early_plan.probes if early_plan is not None else early.start_portions(
             [(p.mirror.url, p.start) for p in plan.portions if p.end > p.start], timeout
-        ):
-            starting.setdefault(probe.url, probe)
+        )):
+            if starting.setdefault(probe.url, probe) is not probe:
+                probe.discard()
     if plan is None:
         probes = _start_probes([*urls, *spare], open_fetcher, timeout)
         start_background()

@@ -54,15 +54,17 @@ _SWITCH_INTERVAL_S = 0.0005
 log = LazyLogger(__name__)
 _lock = threading.Lock()
 _probes: dict[str, EarlyProbe] = {}  # not taken yet
-_started: list[EarlyProbe] = []  # still running
+_started: list[EarlyProbe | EarlyPlan] = []  # still running
 
 
-def mirror_urls(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
-    """(mirrors, backups) of ``pftp get --mirror URL ...`` without a NAME, as the
-    CLI would parse them; None for anything else, including what argparse would
-    reject or read differently (left to argparse)."""
+def parse_get(argv: Sequence[str]) -> tuple[str | None, list[str], list[str], str | None] | None:
+    """(NAME or None, mirrors, backups, --coordinator or None) of ``pftp get ...`` as
+    the CLI would parse them; None for anything else, including what argparse
+    would reject or read differently (left to argparse)."""
     if not argv or argv[0] != "get":
         return None
+    name: str | None = None
+    coordinator: str | None = None
     mirrors: list[str] = []
     backups: list[str] = []
     args = list(argv[1:])
@@ -80,12 +82,25 @@ def mirror_urls(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
                 mirrors.append(value)
             elif opt == "--backup":
                 backups.append(value)
+            elif opt == "--coordinator":
+                coordinator = value
         elif arg.startswith("-m") and len(arg) > 2 and not arg.startswith("--"):
             mirrors.append(arg[2:])
+        elif not arg.startswith("-") and name is None and arg:
+            name = arg
         elif arg not in _FLAGS or eq:
-            return None  # a NAME, -h, an abbreviation, a combined flag...
+            return None  # a second NAME, -h, an abbreviation, a combined flag...
         i += 1
-    return (mirrors, backups) if mirrors else None
+    return name, mirrors, backups, coordinator
+
+
+def mirror_urls(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
+    """(mirrors, backups) of ``pftp get --mirror URL ...`` without a NAME, as the
+    CLI would parse them; None for anything else (parse_get)."""
+    parsed = parse_get(argv)
+    if parsed is None or parsed[0] is not None or not parsed[1]:
+        return None
+    return parsed[1], parsed[2]
 
 
 # How long a mirror waits for the first mirror's transfer to show that it falls
@@ -309,8 +324,9 @@ def _configured_access_bps() -> int | None:
 _saved_interval: float | None = None
 
 
-def _launch(probe: EarlyProbe) -> EarlyProbe:
-    """Lock held: count ``probe`` as running; while any runs, the short switch interval."""
+def _launch(probe: Any) -> Any:
+    """Lock held: count ``probe`` (an EarlyProbe or EarlyPlan) as running; while any
+    runs, the short switch interval. Returns it."""
     global _saved_interval
     if _saved_interval is None:
         _saved_interval = sys.getswitchinterval()
@@ -331,8 +347,16 @@ def _restore_switch_interval() -> None:
 
 def start(argv: Sequence[str]) -> int:
     """Start the probes (and the first mirror's head transfer) for ``pftp get
-    argv`` when it is a mirror-only download over FTP. Returns how many started.
+    argv`` when it is a mirror-only download over FTP, or the coordinator's plan
+    for ``pftp get NAME`` (EarlyPlan). Returns how many probes started.
     Nothing is reported here: download() reports what its probes found."""
+    whole = parse_get(argv)
+    if whole is not None and whole[0] is not None and "://" not in whole[0]:
+        global _plan
+        with _lock:
+            if _plan is None:
+                _plan = _launch(EarlyPlan(whole[0], whole[3], bool(whole[1])))
+        return 0
     parsed = mirror_urls(argv)
     if parsed is None:
         return 0
@@ -382,6 +406,197 @@ def start_portions(portions: Sequence[tuple[str, int]], timeout: float) -> list[
     return probes
 
 
+class EarlyPlan:
+    """The coordinator's plan for ``pftp get NAME``, asked for while the CLI loads,
+    and the mirrors' transfers started at their portions as soon as it answers
+    (start_portions; they only read into memory until the engine, with the plan
+    checked, takes them over).
+
+    The CLI's own way there loads ~0.1 s of modules first (the settings,
+    http.client, the wire format). This asks the same question with none of
+    them: a plain HTTP/1.1 POST of the body download() would send, for the
+    simple case only: an http:// coordinator from --coordinator or
+    $PFTP_COORDINATOR, the access bandwidth from $PFTP_ACCESS_BANDWIDTH, and no
+    config file (which could name other coordinators or another timeout).
+    Anything else is left to download(). download() takes the answer
+    (take_plan) only if its own request is this one, and checks it as it checks
+    its own (coordinator.plan_from_answer)."""
+
+    def __init__(self, name: str, coordinator: str | None, with_mirrors: bool) -> None:
+        self.name = name
+        self.coordinator = coordinator
+        self.with_mirrors = with_mirrors
+        # (name, coordinators, access bandwidth setting, timeout) when asked; None: not
+        self.key: tuple[str, tuple[str, ...], str | None, float] | None = None
+        self.bandwidth: tuple[int | None, str] = (None, "")
+        self.payload: dict[str, Any] = {}
+        self.answer: tuple[str, int, bytes] | None = None  # (coordinator, status, body)
+        self.probes: list[EarlyProbe] = []
+        self.error: BaseException | None = None
+        self._keyed = threading.Event()  # key is final
+        self._done = threading.Event()
+        threading.Thread(target=self._run, name="pftp-early-plan", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._ask()
+        except Exception as exc:  # download() asks again, and reports
+            self.error = exc
+            log.debug("early plan: %s", exc)
+        finally:
+            self._keyed.set()
+            self._done.set()
+            _restore_switch_interval()
+
+    def _ask(self) -> None:
+        env = os.environ
+        coordinator = self.coordinator or env.get("PFTP_COORDINATOR")
+        if (not coordinator or not coordinator.lower().startswith("http://")
+                or not env.get("PFTP_ACCESS_BANDWIDTH") or _config_file_exists(env)):
+            return
+        if self.with_mirrors and not (self.coordinator or env.get("PFTP_COORDINATOR")):
+            return  # (cli.get asks a coordinator then only if one is configured)
+        from pftp_client.bandwidth_setting import configured_access_bandwidth
+
+        self.bandwidth = configured_access_bandwidth()
+        # the settings' defaults without a config file (settings.ClientSettings)
+        self.key = (self.name, (coordinator,), None, _DEFAULT_TIMEOUT_S)
+        self._keyed.set()
+        self.payload = assignment_payload(self.name, self.bandwidth[0])
+        import json
+
+        body = json.dumps(self.payload, ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False).encode()
+        status, content = _http_post(
+            coordinator.rstrip("/") + _API_PREFIX + "/assignments", body,
+            min(_DEFAULT_TIMEOUT_S, 10.0),
+        )
+        self.answer = (coordinator, status, content)
+        if status != 200:
+            return
+        answer = json.loads(content)
+        portions = [(a["url"], a["offset"]) for a in answer["assignments"] if a["length"] > 0]
+        if all(isinstance(u, str) and isinstance(o, int) and o >= 0 for u, o in portions):
+            self.probes = start_portions(portions, _DEFAULT_TIMEOUT_S)
+
+    def result(self) -> tuple[str, int, bytes] | None:
+        """(coordinator, HTTP status, body) of the answer; None when nothing was
+        asked or no answer came (download() asks itself)."""
+        self._done.wait()
+        return self.answer
+
+    def discard(self) -> None:
+        """Close the transfers started at the portions (in the background if the
+        plan is still on its way)."""
+
+        def close() -> None:
+            self._done.wait()
+            for probe in self.probes:
+                probe.discard()
+
+        if self._done.is_set():
+            close()
+        else:
+            threading.Thread(target=close, name="pftp-early-discard", daemon=True).start()
+
+
+# settings.ClientSettings.timeout; pftp_wire.constants.API_PREFIX (test_early_start
+# checks both)
+_DEFAULT_TIMEOUT_S = 30.0
+_API_PREFIX = "/api/v1"
+
+
+def assignment_payload(name: str, access_bandwidth_bps: int | None) -> dict[str, Any]:
+    """AssignmentRequest(file=name, access_bandwidth_bps=...) as pftp_wire's dump()
+    writes it, without loading pftp_wire (test_early_plan compares the two)."""
+    return {"file": name, "access_bandwidth_bps": access_bandwidth_bps,
+            "protocols": ["ftp", "http"]}
+
+
+def _config_file_exists(env: Any) -> bool:
+    """Whether the client's config file exists (settings.config_path)."""
+    if env.get("PFTP_CLIENT_CONFIG"):
+        path = env["PFTP_CLIENT_CONFIG"]
+    else:
+        base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+        path = os.path.join(base, "pftp", "client.toml")
+    return os.path.exists(path)
+
+
+def _http_post(url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
+    """POST a JSON body over plain HTTP/1.1 (Connection: close); (status, body).
+    http.client would cost ~15 ms of imports here, on the way to the plan. Only
+    for a plain http:// URL (ftp._plain_url_parts); raises ValueError for any
+    other, or for a reply it does not understand, OSError for the network."""
+    import socket
+
+    from pftp_client.transports.ftp import _plain_url_parts
+
+    parts = _plain_url_parts(url)
+    if parts is None or parts[0] != "http" or not parts[1] or parts[4] is not None:
+        raise ValueError(f"not a plain http:// URL: {url!r}")
+    _scheme, host, port, path, _user, _password = parts
+    netloc = url.split("://", 1)[1].split("/", 1)[0]
+    request = (
+        f"POST {path or '/'} HTTP/1.1\r\nHost: {netloc}\r\n"
+        "Content-Type: application/json\r\nAccept: application/json\r\n"
+        f"User-Agent: pftp-client\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode("ascii") + body
+    with socket.create_connection((host.encode(), port or 80), timeout=timeout) as sock:
+        sock.sendall(request)
+        chunks = []
+        while data := sock.recv(65536):
+            chunks.append(data)
+    head, sep, content = b"".join(chunks).partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = lines[0].split(" ", 2)
+    if not sep or len(status) < 2 or not status[0].startswith("HTTP/1.") or not status[1].isdigit():
+        raise ValueError(f"not an HTTP reply: {lines[0][:80]!r}")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        content = _unchunk(content)
+    elif "content-length" in headers and len(content) != int(headers["content-length"]):
+        raise ValueError("reply shorter than its Content-Length")
+    return int(status[1]), content
+
+
+def _unchunk(data: bytes) -> bytes:
+    out = []
+    while True:
+        size_line, sep, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16) if sep else -1
+        if size < 0 or len(data) < size:
+            raise ValueError("truncated chunked reply")
+        if size == 0:
+            return b"".join(out)
+        out.append(data[:size])
+        data = data[size + 2 :]
+
+
+_plan: EarlyPlan | None = None
+
+
+def take_plan(
+    name: str, coordinators: Sequence[str], access_setting: str | None, timeout: float
+) -> EarlyPlan | None:
+    """The early plan, now the caller's (once), if it was asked with these
+    arguments (download()'s); waits until it is known whether it was."""
+    global _plan
+    with _lock:
+        plan, _plan = _plan, None
+    if plan is None:
+        return None
+    plan._keyed.wait()
+    if plan.key != (name, tuple(coordinators), access_setting, timeout):
+        plan.discard()
+        return None
+    plan._done.wait()  # (bounded by its own timeout, as download()'s request is)
+    if plan.answer is None or plan.answer[1] >= 500:
+        plan.discard()
+        return None  # download() asks (and retries) itself
+    return plan
+
+
 def take(url: str, timeout: float) -> EarlyProbe | None:
     """The early probe of ``url`` made with ``timeout``, now the caller's (once)."""
     with _lock:
@@ -394,8 +609,12 @@ def take(url: str, timeout: float) -> EarlyProbe | None:
 
 def discard_all() -> None:
     """Close every early probe nobody took (download() no longer needs them)."""
+    global _plan
     with _lock:
         left = list(_probes.values())
         _probes.clear()
+        plan, _plan = _plan, None
     for p in left:
         p.discard()
+    if plan is not None:
+        plan.discard()

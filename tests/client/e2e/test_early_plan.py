@@ -1,0 +1,194 @@
+"""The entry point's early plan (pftp_client.early.EarlyPlan): for `pftp get NAME`,
+the coordinator is asked and the mirrors' transfers started while the CLI loads;
+download() takes the answer over instead of asking again. Real FTP mirrors
+(pyftpdlib) and a real HTTP coordinator stand-in (canned answers)."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pftp_client import early
+from pftp_client.downloader import download
+
+
+def _answer(data: bytes, urls: list[str]) -> dict:
+    """The coordinator's answer: equal portions of ``data`` over ``urls``."""
+    import hashlib
+
+    cuts = [len(data) * i // len(urls) for i in range(len(urls) + 1)]
+    return {
+        "request_id": "req-1",
+        "file": {"name": "f.bin", "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                 "piece_size": None, "piece_sha256": None},
+        "assignments": [
+            {"mirror": f"m{i}", "url": u, "offset": cuts[i], "length": cuts[i + 1] - cuts[i],
+             "suitability": 0.5, "expected_bps": 8e7}
+            for i, u in enumerate(urls)
+        ],
+        "backups": [],
+        "mode": "ranked",
+    }
+
+
+@pytest.fixture
+def clean_early(monkeypatch, tmp_path: Path):
+    early.discard_all()
+    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "no-config.toml"))
+    monkeypatch.setenv("PFTP_ACCESS_BANDWIDTH", "50M")
+    monkeypatch.delenv("PFTP_COORDINATOR", raising=False)
+    yield
+    early.discard_all()
+
+
+def _cli_download(name: str, coordinator: str, target: Path) -> Any:
+    """download() as the CLI calls it without a config file (cli.get)."""
+    return download(name, coordinator=[coordinator], output=target, timeout=30.0,
+                    access_bandwidth_setting=None, congestion="off")
+
+
+def test_the_plan_asked_early_is_used_once_and_its_transfers_taken_over(
+    tmp_path: Path, ftp_mirrors, canned_coordinator, clean_early
+) -> None:
+    data = os.urandom(3 * 1024 * 1024 + 7)
+    m = ftp_mirrors({"f.bin": data}, 3)
+    coord = canned_coordinator(200, _answer(data, [x.url("f.bin") for x in m]))
+    early.start(["get", "f.bin", "--coordinator", coord.url, "-o", str(tmp_path / "f.bin")])
+    plan = early._plan
+    assert plan is not None
+    plan._done.wait(30)
+    assert plan.answer is not None and plan.answer[1] == 200
+    heads = [p.result()[1] for p in plan.probes]
+    assert sorted(f._head.offset for f in heads) == [a["offset"] for a in
+                                                     _answer(data, ["x"] * 3)["assignments"]]
+    s = _cli_download("f.bin", coord.url, tmp_path / "f.bin")
+    assert s.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
+    assert s.mode == "coordinated" and s.request_id == "req-1"
+    # one request, the one download() would have sent; one report
+    assert coord.requests == [
+        {"file": "f.bin", "access_bandwidth_bps": 50_000_000, "protocols": ["ftp", "http"]}
+    ]
+    assert len(coord.reports) == 1
+    assert all(f.head_history is not None for f in heads)  # each transfer was taken over
+    assert s.duplicate_bytes == 0
+
+
+def test_a_refused_early_plan_is_reported_as_download_would(
+    tmp_path: Path, canned_coordinator, clean_early
+) -> None:
+    """The coordinator's 404 for an unknown file reaches the caller as
+    CoordinatorRefused, from the early answer (no second request)."""
+    from pftp_client.coordinator import CoordinatorRefused
+
+    coord = canned_coordinator(404, {"detail": "no such file"})
+    early.start(["get", "nope.bin", "--coordinator", coord.url])
+    with pytest.raises(CoordinatorRefused, match="no such file"):
+        _cli_download("nope.bin", coord.url, tmp_path / "nope.bin")
+    assert len(coord.requests) == 1
+
+
+def test_a_config_file_or_another_request_leaves_the_plan_to_download(
+    tmp_path: Path, ftp_mirrors, canned_coordinator, clean_early, monkeypatch
+) -> None:
+    """With a config file (it may name coordinators and timeouts) nothing is asked
+    early; a download() asking with other arguments does not take an early plan
+    (and the coordinator then hears the question twice: only a library caller
+    mixing `early.start` with other arguments gets there)."""
+    data = os.urandom(100_000)
+    m = ftp_mirrors({"f.bin": data}, 1)
+    coord = canned_coordinator(200, _answer(data, [m[0].url("f.bin")]))
+    config = tmp_path / "client.toml"
+    config.write_text("timeout = 20\n")
+    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(config))
+    early.start(["get", "f.bin", "--coordinator", coord.url])
+    plan = early._plan
+    assert plan is not None
+    plan._done.wait(30)
+    assert plan.key is None and plan.answer is None and not coord.requests
+    early.discard_all()
+
+    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
+    early.start(["get", "f.bin", "--coordinator", coord.url])
+    early._plan._done.wait(30)
+    s = download("f.bin", coordinator=[coord.url], output=tmp_path / "f.bin", timeout=20.0,
+                 access_bandwidth_setting=None, congestion="off")
+    assert s.sha256_verified and len(coord.requests) == 2
+
+
+def test_the_early_request_is_the_one_download_sends() -> None:
+    """EarlyPlan writes the request body and path itself (no pftp_wire, no
+    settings on its way): they must stay download()'s."""
+    from pftp_client.settings import ClientSettings
+    from pftp_wire.constants import API_PREFIX
+    from pftp_wire.plain import AssignmentRequest, dump
+
+    assert early._API_PREFIX == API_PREFIX
+    assert ClientSettings().timeout == early._DEFAULT_TIMEOUT_S
+    for name, bw in (("dir/f.iso", 50_000_000), ("f", None), ("é.bin", 1)):
+        expected = dump(AssignmentRequest(file=name, access_bandwidth_bps=bw))
+        assert early.assignment_payload(name, bw) == expected
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_the_light_http_post(chunked: bool) -> None:
+    """early._http_post against the standard library's HTTP server: status, body,
+    Content-Length or chunked."""
+    seen: list[tuple[str, bytes, str]] = []
+    REPLY = b'{"ok": true, "pad": "' + os.urandom(35_000).hex().encode() + b'"}'
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append((self.path, body, self.headers["Content-Type"]))
+            out = REPLY
+            self.send_response(201)
+            if chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for i in range(0, len(out), 30_000):
+                    part = out[i : i + 30_000]
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                self.wfile.write(b"0\r\n\r\n")
+            else:
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+            self.close_connection = True
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/base/api/v1/assignments"
+        status, content = early._http_post(url, b'{"file":"f"}', 10.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert status == 201 and content == REPLY
+    assert seen == [("/base/api/v1/assignments", b'{"file":"f"}', "application/json")]
+    with pytest.raises(ValueError, match="plain http"):
+        early._http_post("https://127.0.0.1/x", b"{}", 1.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["get", "f.iso"], ("f.iso", [], [], None)),
+        (["get", "f.iso", "--coordinator", "http://c:8000", "-o", "x"],
+         ("f.iso", [], [], "http://c:8000")),
+        (["get", "--coordinator=http://c", "f.iso", "-m", "ftp://m/f"],
+         ("f.iso", ["ftp://m/f"], [], "http://c")),
+        (["get", "a", "b"], None),  # two NAMEs: argparse's error
+        (["get", "f.iso", "--bogus"], None),
+    ],
+)
+def test_parse_get(argv: list[str], expected: Any) -> None:
+    assert early.parse_get(argv) == expected
