@@ -192,3 +192,23 @@ def test_the_light_http_post(chunked: bool) -> None:
 )
 def test_parse_get(argv: list[str], expected: Any) -> None:
     assert early.parse_get(argv) == expected
+
+
+def test_an_unreachable_coordinator_delays_nothing_and_download_asks_again(
+    tmp_path: Path, clean_early, closed_port_url: str
+) -> None:
+    """start() waits for the early request only until it is out (or failed), at
+    most _PLAN_HEAD_START_S; nothing answered, download() asks itself (three
+    attempts, as always) and says the coordinator is unavailable."""
+    import time
+
+    from pftp_client.coordinator import CoordinatorUnavailable
+
+    t0 = time.monotonic()
+    early.start(["get", "f.bin", "--coordinator", closed_port_url])
+    assert time.monotonic() - t0 < 5.0  # (bounded: 0.05 s plus a loaded machine)
+    plan = early._plan
+    plan._done.wait(30)
+    assert plan.answer is None and isinstance(plan.error, OSError)
+    with pytest.raises(CoordinatorUnavailable, match="3 attempts"):
+        _cli_download("f.bin", closed_port_url, tmp_path / "f.bin")
