@@ -114,6 +114,22 @@ def test_unavailable_after_three_attempts_says_why(scripted, closed_port_url) ->
         request_plan(["ftp://127.0.0.1/"], AssignmentRequest(file="f"), sleep=lambda s: None)
 
 
+def test_an_attempt_made_elsewhere_counts_as_the_first(scripted) -> None:
+    """``earlier`` (the entry point's failed attempt, early.EarlyPlan): two more
+    attempts, the first after the first back-off, and its error is in the message."""
+    coord = scripted([(503, {"detail": "busy"})])
+    sleeps: list[float] = []
+    with pytest.raises(CoordinatorUnavailable, match="after 3 attempts") as err:
+        request_plan([coord.url], AssignmentRequest(file="f"), sleep=sleeps.append,
+                     earlier=["early: ConnectionResetError"])
+    assert len(coord.seen) == 2 and sleeps == [0.5, 1.0]
+    assert "early: ConnectionResetError" in str(err.value)
+    coord = scripted([(200, ANSWER)])
+    base, _ = request_plan([coord.url], AssignmentRequest(file="f"), sleep=sleeps.append,
+                           earlier=["e1", "e2", "e3"])  # (at least one more, always)
+    assert base == coord.url and len(coord.seen) == 1
+
+
 def test_4xx_is_refused_with_the_coordinators_detail(scripted) -> None:
     coord = scripted([(404, {"detail": "unknown file 'f'"})])
     with pytest.raises(CoordinatorRefused, match="HTTP 404 unknown file 'f'"):

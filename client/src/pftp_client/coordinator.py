@@ -119,18 +119,22 @@ def _post_with_retries(
     timeout: float,
     attempts: int,
     sleep: Callable[[float], None],
+    earlier: Sequence[str] = (),
 ) -> tuple[str, int, bytes]:
     """POST ``payload`` to the first coordinator that answers, ``attempts`` tries
-    each; returns (its URL, status, body). 5xx and transport errors are retried."""
+    each; returns (its URL, status, body). 5xx and transport errors are retried.
+    ``earlier``: how the first coordinator's attempts made elsewhere failed (the
+    entry point's, early.EarlyPlan): they count, and are waited after."""
     import http.client
 
     from pftp_wire.constants import API_PREFIX
 
     body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     raw = body.encode("utf-8")
-    errors: list[str] = []
-    for base in urls:
-        for attempt in range(attempts):
+    errors: list[str] = list(earlier)
+    for i, base in enumerate(urls):
+        done = len(earlier) if i == 0 else 0
+        for attempt in range(done, max(attempts, done + 1)):  # (one more at least)
             if attempt:
                 sleep(BACKOFF_S[min(attempt, len(BACKOFF_S)) - 1])
             try:
@@ -154,6 +158,7 @@ def request_plan(
     timeout: float = 5.0,
     attempts: int = ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
+    earlier: Sequence[str] = (),
 ) -> tuple[str, Plan]:
     """POST /api/v1/assignments to the first coordinator that answers; returns
     (the coordinator's URL, the validated plan). A request that breaks its
@@ -169,6 +174,7 @@ def request_plan(
         timeout=timeout,
         attempts=attempts,
         sleep=sleep,
+        earlier=earlier,
     )
     return plan_from_answer(base, status, content, request)
 

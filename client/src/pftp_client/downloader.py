@@ -378,9 +378,10 @@ def download(
 
         request = AssignmentRequest(file=name, access_bandwidth_bps=bw)
         answered = early_plan.result() if early_plan is not None else None
-        if answered is not None and early_plan is not None and early_plan.payload != dump(request):
+        earlier: list[str] = early_plan.failures if early_plan is not None else []
+        if early_plan is not None and early_plan.payload != dump(request):
             early_plan.discard()  # (asked differently: a bug, caught by the tests)
-            answered = None
+            early_plan, answered, earlier = None, None, []
         load_http()
         start_background()
         try:
@@ -391,9 +392,10 @@ def download(
                     early_plan.discard()
                     raise
             else:
+                # the early attempt, if one failed, counts as the first of three
                 early_plan = None
                 used_coordinator, plan = request_plan(
-                    coordinators, request, timeout=min(timeout, 10.0)
+                    coordinators, request, timeout=min(timeout, 10.0), earlier=earlier
                 )
         except CoordinatorUnavailable as exc:
             if not urls:

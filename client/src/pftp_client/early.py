@@ -435,6 +435,8 @@ class EarlyPlan:
         self.bandwidth: tuple[int | None, str] = (None, "")
         self.payload: dict[str, Any] = {}
         self.answer: tuple[str, int, bytes] | None = None  # (coordinator, status, body)
+        # How the attempt failed (no answer, or a 5xx), as coordinator's retries say it
+        self.failures: list[str] = []
         self.probes: list[EarlyProbe] = []
         self.error: BaseException | None = None
         self._keyed = threading.Event()  # key is final
@@ -464,7 +466,7 @@ class EarlyPlan:
             return  # (cli.get asks a coordinator then only if one is configured)
         from pftp_client.bandwidth_setting import configured_access_bandwidth
 
-        self.bandwidth = configured_access_bandwidth()
+        self.bandwidth = configured_access_bandwidth()  # (a bad figure: download() says so)
         # the settings' defaults without a config file (settings.ClientSettings)
         self.key = (self.name, (coordinator,), None, _DEFAULT_TIMEOUT_S)
         self._keyed.set()
@@ -473,10 +475,17 @@ class EarlyPlan:
 
         body = json.dumps(self.payload, ensure_ascii=False, separators=(",", ":"),
                           allow_nan=False).encode()
-        status, content = _http_post(
-            coordinator.rstrip("/") + _API_PREFIX + "/assignments", body,
-            min(_DEFAULT_TIMEOUT_S, 10.0), self.sent,
-        )
+        try:
+            status, content = _http_post(
+                coordinator.rstrip("/") + _API_PREFIX + "/assignments", body,
+                min(_DEFAULT_TIMEOUT_S, 10.0), self.sent,
+            )
+        except (OSError, ValueError) as exc:
+            self.failures.append(f"{coordinator}: {type(exc).__name__}: {exc}")
+            raise
+        if status >= 500:
+            self.failures.append(f"{coordinator}: HTTP {status} {content[:200]!r}")
+            return
         self.answer = (coordinator, status, content)
         if status != 200:
             return
@@ -486,8 +495,8 @@ class EarlyPlan:
             self.probes = start_portions(portions, _DEFAULT_TIMEOUT_S)
 
     def result(self) -> tuple[str, int, bytes] | None:
-        """(coordinator, HTTP status, body) of the answer; None when nothing was
-        asked or no answer came (download() asks itself)."""
+        """(coordinator, HTTP status, body) of the answer; None when none came
+        (``failures`` says why)."""
         self._done.wait()
         return self.answer
 
@@ -603,10 +612,9 @@ def take_plan(
         plan.discard()
         return None
     plan._done.wait()  # (bounded by its own timeout, as download()'s request is)
-    if plan.answer is None or plan.answer[1] >= 500:
-        plan.discard()
-        return None  # download() asks (and retries) itself
-    return plan
+    if plan.answer is None and not plan.failures:
+        return None  # nothing asked: download() asks itself
+    return plan  # answered, or its one attempt failed (download() makes the others)
 
 
 def take(url: str, timeout: float) -> EarlyProbe | None:

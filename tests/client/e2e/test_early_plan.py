@@ -198,8 +198,8 @@ def test_an_unreachable_coordinator_delays_nothing_and_download_asks_again(
     tmp_path: Path, clean_early, closed_port_url: str
 ) -> None:
     """start() waits for the early request only until it is out (or failed), at
-    most _PLAN_HEAD_START_S; nothing answered, download() asks itself (three
-    attempts, as always) and says the coordinator is unavailable."""
+    most _PLAN_HEAD_START_S; nothing answered, download() makes the other two of
+    the three attempts and says the coordinator is unavailable."""
     import time
 
     from pftp_client.coordinator import CoordinatorUnavailable
@@ -210,5 +210,20 @@ def test_an_unreachable_coordinator_delays_nothing_and_download_asks_again(
     plan = early._plan
     plan._done.wait(30)
     assert plan.answer is None and isinstance(plan.error, OSError)
-    with pytest.raises(CoordinatorUnavailable, match="3 attempts"):
+    assert plan.failures and "ConnectionRefusedError" in plan.failures[0]
+    with pytest.raises(CoordinatorUnavailable, match="after 3 attempts"):
         _cli_download("f.bin", closed_port_url, tmp_path / "f.bin")
+
+
+def test_a_busy_coordinator_gets_three_attempts_in_all(
+    tmp_path: Path, canned_coordinator, clean_early
+) -> None:
+    """A 503 to the early request is the first of the three attempts (paper 001),
+    not a fourth."""
+    from pftp_client.coordinator import CoordinatorUnavailable
+
+    coord = canned_coordinator(503, {"detail": "busy"})
+    early.start(["get", "f.bin", "--coordinator", coord.url])
+    with pytest.raises(CoordinatorUnavailable, match="after 3 attempts"):
+        _cli_download("f.bin", coord.url, tmp_path / "f.bin")
+    assert len(coord.requests) == 3
