@@ -372,28 +372,23 @@ def download(
             CoordinatorError,
             CoordinatorUnavailable,
             load_http,
-            plan_from_answer,
             request_plan,
         )
 
         request = AssignmentRequest(file=name, access_bandwidth_bps=bw)
-        answered = early_plan.result() if early_plan is not None else None
-        earlier: list[str] = early_plan.failures if early_plan is not None else []
+        earlier: list[str] = []
         if early_plan is not None and early_plan.payload != dump(request):
             early_plan.discard()  # (asked differently: a bug, caught by the tests)
-            early_plan, answered, earlier = None, None, []
+            early_plan = None
+        elif early_plan is not None and early_plan.answer is None:
+            # its one attempt failed: the first of the three
+            earlier, early_plan = early_plan.failures, None
         load_http()
         start_background()
         try:
-            if answered is not None and early_plan is not None:
-                try:
-                    used_coordinator, plan = plan_from_answer(*answered, request)
-                except BaseException:
-                    early_plan.discard()
-                    raise
+            if early_plan is not None:
+                used_coordinator, plan = early_plan.plan(request)
             else:
-                # the early attempt, if one failed, counts as the first of three
-                early_plan = None
                 used_coordinator, plan = request_plan(
                     coordinators, request, timeout=min(timeout, 10.0), earlier=earlier
                 )

@@ -350,19 +350,20 @@ def start(argv: Sequence[str]) -> int:
     argv`` when it is a mirror-only download over FTP, or the coordinator's plan
     for ``pftp get NAME`` (EarlyPlan). Returns how many probes started.
     Nothing is reported here: download() reports what its probes found."""
-    whole = parse_get(argv)
-    if whole is not None and whole[0] is not None and "://" not in whole[0]:
-        global _plan
-        with _lock:
-            if _plan is None:
-                _plan = _launch(EarlyPlan(whole[0], whole[3], bool(whole[1])))
-            plan = _plan
-        # The CLI's imports would hold the GIL while the request is being written
-        # (~30 ms later in the lab); its few milliseconds of work go first.
-        plan.sent.wait(_PLAN_HEAD_START_S)
-        return 0
-    parsed = mirror_urls(argv)
+    parsed = parse_get(argv)
     if parsed is None:
+        return 0
+    name, mirrors_given, backups, coordinator = parsed
+    if name is not None:
+        if "://" not in name:
+            global _plan
+            with _lock:
+                if _plan is None:
+                    _plan = _launch(EarlyPlan(name, coordinator))
+                plan = _plan
+            # The CLI's imports would hold the GIL while the request is being
+            # written (~30 ms later in the lab); its few milliseconds go first.
+            plan.sent.wait(_PLAN_HEAD_START_S)
         return 0
     # Imported here, not in the probe threads: they would compete with the CLI's
     # imports for the GIL, and the CLI needs this module anyway. Nothing else is
@@ -371,8 +372,8 @@ def start(argv: Sequence[str]) -> int:
     # agree.
     from pftp_client.transports.ftp import DEFAULT_TIMEOUT_S
 
-    urls = [*parsed[0], *parsed[1]]
-    mirrors = list(dict.fromkeys(parsed[0]))  # (download() probes a repeated URL once)
+    urls = [*mirrors_given, *backups]
+    mirrors = list(dict.fromkeys(mirrors_given))  # (download() probes a repeated URL once)
     with _lock:
         leader: EarlyProbe | None = None
         for url in urls:
@@ -385,7 +386,7 @@ def start(argv: Sequence[str]) -> int:
             _probes[url] = probe
         started = len(_probes)
     if started > 1:
-        # What the other mirrors' decision needs (_guess_head), loaded here while
+        # What the other mirrors' decision needs (_guessed_offset), loaded here while
         # they log in: loaded by their threads instead, it waited for the CLI's
         # imports (each module's import lock, the GIL) until ~30 ms after their REST
         # checks had ended.
@@ -426,10 +427,9 @@ class EarlyPlan:
     (take_plan) only if its own request is this one, and checks it as it checks
     its own (coordinator.plan_from_answer)."""
 
-    def __init__(self, name: str, coordinator: str | None, with_mirrors: bool) -> None:
+    def __init__(self, name: str, coordinator: str | None) -> None:
         self.name = name
         self.coordinator = coordinator
-        self.with_mirrors = with_mirrors
         # (name, coordinators, access bandwidth setting, timeout) when asked; None: not
         self.key: tuple[str, tuple[str, ...], str | None, float] | None = None
         self.bandwidth: tuple[int | None, str] = (None, "")
@@ -462,8 +462,8 @@ class EarlyPlan:
         if (not coordinator or not coordinator.lower().startswith("http://")
                 or not env.get("PFTP_ACCESS_BANDWIDTH") or _config_file_exists(env)):
             return
-        if self.with_mirrors and not (self.coordinator or env.get("PFTP_COORDINATOR")):
-            return  # (cli.get asks a coordinator then only if one is configured)
+        # (with --mirror URLs too, cli.get asks exactly this coordinator: there is
+        # no config file to name others)
         from pftp_client.bandwidth_setting import configured_access_bandwidth
 
         self.bandwidth = configured_access_bandwidth()  # (a bad figure: download() says so)
@@ -494,11 +494,17 @@ class EarlyPlan:
         if all(isinstance(u, str) and isinstance(o, int) and o >= 0 for u, o in portions):
             self.probes = start_portions(portions, _DEFAULT_TIMEOUT_S)
 
-    def result(self) -> tuple[str, int, bytes] | None:
-        """(coordinator, HTTP status, body) of the answer; None when none came
-        (``failures`` says why)."""
-        self._done.wait()
-        return self.answer
+    def plan(self, request: Any) -> tuple[str, Any]:
+        """(coordinator, Plan) from the answer, checked as download()'s own
+        (coordinator.plan_from_answer); the transfers are closed if it fails."""
+        from pftp_client.coordinator import plan_from_answer
+
+        assert self.answer is not None
+        try:
+            return plan_from_answer(*self.answer, request)
+        except BaseException:
+            self.discard()
+            raise
 
     def discard(self) -> None:
         """Close the transfers started at the portions (in the background if the
@@ -545,19 +551,18 @@ def _http_post(
 ) -> tuple[int, bytes]:
     """POST a JSON body over plain HTTP/1.1 (Connection: close); (status, body).
     http.client would cost ~15 ms of imports here, on the way to the plan. Only
-    for a plain http:// URL (ftp._plain_url_parts); raises ValueError for any
-    other, or for a reply it does not understand, OSError for the network."""
+    for a plain http:// URL (plain_url_parts); raises ValueError for any other,
+    or for a reply it does not understand, OSError for the network."""
     import socket
 
-    from pftp_client.transports.ftp import _plain_url_parts
+    from pftp_client.plain_url import plain_url_parts
 
-    parts = _plain_url_parts(url)
+    parts = plain_url_parts(url)
     if parts is None or parts[0] != "http" or not parts[1] or parts[4] is not None:
         raise ValueError(f"not a plain http:// URL: {url!r}")
     _scheme, host, port, path, _user, _password = parts
-    netloc = url.split("://", 1)[1].split("/", 1)[0]
     request = (
-        f"POST {path or '/'} HTTP/1.1\r\nHost: {netloc}\r\n"
+        f"POST {path or '/'} HTTP/1.1\r\nHost: {host}{f':{port}' if port else ''}\r\n"
         "Content-Type: application/json\r\nAccept: application/json\r\n"
         f"User-Agent: pftp-client\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode("ascii") + body

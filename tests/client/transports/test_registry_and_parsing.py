@@ -53,7 +53,7 @@ def test_ftp_target_decoding() -> None:
         ftp_target("ftp://h/a%0D%0ADELE%20b")
 
 
-# Plain URLs take ftp.py's own split (no urllib.parse before the first connect);
+# Plain URLs take plain_url.py's split (no urllib.parse before the first connect);
 # the others urlsplit's. Both must give what urlsplit gives.
 @pytest.mark.parametrize(
     "url",
@@ -87,9 +87,9 @@ def test_ftp_target_decoding() -> None:
 def test_plain_url_split_agrees_with_urlsplit(url: str) -> None:
     from urllib.parse import urlsplit
 
-    from pftp_client.transports.ftp import _plain_url_parts
+    from pftp_client.plain_url import plain_url_parts
 
-    parts = _plain_url_parts(url)
+    parts = plain_url_parts(url)
     if parts is None:
         return  # (urlsplit's own)
     u = urlsplit(url)

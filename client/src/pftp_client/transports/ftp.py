@@ -40,6 +40,7 @@ from collections import namedtuple
 from collections.abc import Callable
 
 from pftp_client.lazy import LazyLogger
+from pftp_client.plain_url import plain_url_parts
 from pftp_client.transports.base import (
     Cancelled,
     DataSink,
@@ -120,19 +121,18 @@ def ftp_target(url: str) -> FtpTarget:
     makes it absolute (``ftp://h/%2Fsrv/f`` -> ``/srv/f``). A ``;type=`` suffix
     is dropped (we always transfer in binary).
     """
-    parts = _plain_url_parts(url)
+    parts = plain_url_parts(url)
+    unquote: Callable[[str], str] = str  # (a plain URL has no "%" to decode)
     if parts is None:
-        from urllib.parse import unquote, urlsplit
+        import urllib.parse
 
-        split = urlsplit(url)
+        unquote = urllib.parse.unquote
+        split = urllib.parse.urlsplit(url)
         try:
             parts = (split.scheme, split.hostname, split.port, split.path,
                      split.username, split.password)
         except ValueError as exc:
-            raise ValueError(f"FTP URL has an invalid port: {url!r}") from exc
-    else:
-        def unquote(text: str) -> str:
-            return text  # (no "%" in a plain URL)
+            raise ValueError(f"URL has an invalid port: {url!r}") from exc
     scheme, hostname, port, raw_path, username, password = parts
     if scheme.lower() != "ftp":
         raise ValueError(f"not an ftp:// URL: {url!r}")
@@ -153,44 +153,6 @@ def ftp_target(url: str) -> FtpTarget:
         password=unquote(password) if password is not None else None,
         path=path,
     )
-
-
-# What urlsplit would make of a URL, for the URLs where that is plain string work.
-_PLAIN_URL_CHARS = frozenset(
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~:/@!$&'()*+,;="
-)
-_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.")
-
-
-def _plain_url_parts(
-    url: str,
-) -> tuple[str, str | None, int | None, str, str | None, str | None] | None:
-    """(scheme, hostname, port, path, username, password) exactly as
-    urllib.parse.urlsplit gives them, for a URL of unreserved characters with no
-    percent-escape, IPv6 bracket, query or fragment; None for any other URL (the
-    caller asks urlsplit). urllib.parse loads re and ipaddress (~5 ms) on the way
-    to the first connect, and a mirror's URL is nearly always this plain.
-    ValueError for a port urlsplit would refuse."""
-    scheme, sep, rest = url.partition("://")
-    if (not sep or not scheme or not scheme[0].isalpha() or not set(scheme) <= _SCHEME_CHARS
-            or not set(rest) <= _PLAIN_URL_CHARS):
-        return None
-    netloc, slash, path = rest.partition("/")
-    userinfo, at, hostport = netloc.rpartition("@")
-    username = password = None
-    if at:
-        username, colon, password = userinfo.partition(":")
-        if not colon:
-            password = None
-    hostname, _, port_text = hostport.partition(":")
-    port = None
-    if port_text:
-        if not port_text.isdigit():
-            raise ValueError(f"FTP URL has an invalid port: {url!r}")
-        port = int(port_text)
-        if port > 65535:
-            raise ValueError(f"FTP URL has an invalid port: {url!r}")
-    return scheme.lower(), hostname.lower() or None, port, slash + path, username, password
 
 
 def parse_epsv(text: str) -> int:
@@ -526,8 +488,8 @@ class FtpFetcher:
         size = self._known_size(passive=True)  # (the passive port rides with SIZE)
         if size == 0 or (size is not None and offset >= size):
             return  # nothing to send
-        if offset > 0 and not self._rest_honoured and not (
-            rest_checked_later and self._rest_honoured is None
+        if offset > 0 and not self.rest_honoured and (
+            self._rest_honoured is False or not rest_checked_later
         ):
             raise RangeNotHonoured(f"{self._where()}: REST not checked before a head start")
         requested_at = time.monotonic()
