@@ -8,8 +8,8 @@
 # with apt here: their .debs are unpacked under /opt/pftp-lab/<pkg> (pftp_lab looks
 # there first) and only their shared libraries come from apt.
 set -euo pipefail
-pkgs=(nginx aria2 axel lftp iperf3 iproute2 chromium curl iputils-ping wrk)
-bins=(nginx aria2c axel lftp iperf3 ip chromium curl ping wrk)
+pkgs=(nginx aria2 axel lftp iperf3 iproute2 chromium curl iputils-ping wrk ethtool gcc)
+bins=(nginx aria2c axel lftp iperf3 ip chromium curl ping wrk ethtool gcc)
 ftp_pkgs=(vsftpd pure-ftpd)
 ftp_libs=(libcap2 libpam0g libssl3 libwrap0 libsodium23 libcrypt1)
 lab_opt=/opt/pftp-lab

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -57,6 +58,8 @@ def test_rejects_bad_specs_before_touching_anything() -> None:
         Lab([MirrorSpec(bottleneck="nope")], files={"f": b"x"})
     with pytest.raises(LabError, match="plain names"):
         Lab([MirrorSpec()], files={"../etc/passwd": b"x"})
+    with pytest.raises(LabError, match="loss in"):
+        Lab([MirrorSpec(loss=1.5)], files={"f": b"x"})
 
 
 @pytest.mark.lab
@@ -115,6 +118,42 @@ def test_shaping_is_applied_and_set_rate_changes_it(data, tmp_path: Path) -> Non
         print(f"after set_rate(2 Mbit/s): {slow_bps / 1e6:.2f} Mbit/s")
         assert slow_bps < 1.5 * 2_000_000
         assert [e.kind for e in lab.events] == ["set_rate"]
+
+
+def ping_summary(lab: Lab, addr: str, count: int, interval: float) -> tuple[float, float]:
+    """(loss fraction, minimum RTT in ms) of `count` pings from the client."""
+    res = lab.run_in("client", ["ping", "-n", "-q", "-c", str(count), "-i", str(interval),
+                                "-W", "1", addr], timeout=count * interval + 30)
+    counts = re.search(r"(\d+) packets transmitted, (\d+) received", res.stdout)
+    assert counts, res.stdout + res.stderr
+    sent, received = int(counts[1]), int(counts[2])
+    rtt = re.search(r"= ([\d.]+)/", res.stdout)
+    return 1 - received / sent, float(rtt[1]) if rtt else float("nan")
+
+
+@pytest.mark.lab
+def test_delay_line_adds_round_trip_time_and_loss(data, tmp_path: Path) -> None:
+    path, digest = data
+    specs = [MirrorSpec(rate_bps=20_000_000, rtt_ms=60), MirrorSpec(rate_bps=20_000_000),
+             MirrorSpec(rate_bps=None, loss=0.05)]
+    with Lab(specs, files={"data.bin": path}) as lab:
+        far, near, lossy = lab.mirrors
+        _, far_rtt = ping_summary(lab, far.addr, 5, 0.05)
+        _, near_rtt = ping_summary(lab, near.addr, 5, 0.05)
+        print(f"min RTT: far {far_rtt} ms, near {near_rtt} ms")
+        assert 60 <= far_rtt < 75
+        assert near_rtt < 5
+        # every frame crosses the wire intact and in order: a whole file through it
+        res = curl(lab, far.ftp_url("data.bin"), tmp_path / "far.bin")
+        assert res.returncode == 0, res.stderr
+        assert sha256_file(tmp_path / "far.bin") == digest
+        # 5 % each way: a ping and its reply both survive 0.95^2 of the time
+        lost, _ = ping_summary(lab, lossy.addr, 400, 0.005)
+        print(f"ping loss through the 5 % line: {lost:.3f}")
+        assert 0.03 < lost < 0.20
+        delay_ns = [n for n in lab.namespaces if n.endswith(("-d0", "-d2"))]
+        assert len(delay_ns) == 2 and not any(n.endswith("-d1") for n in lab.namespaces)
+    assert not mine(delay_ns)
 
 
 @pytest.mark.lab

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import netns
+from . import delayline, netns
 from .netns import LabError
 from .registry import PREFIX, LabRecord, registry_dir
 from .servers import FTP_KINDS, ftp_argv, nginx_argv
@@ -40,13 +40,19 @@ MAX_MIRRORS = 180
 @dataclass(frozen=True)
 class MirrorSpec:
     """One mirror: its link rate (bit/s, None = unshaped), FTP server kind, whether it also
-    serves HTTP (nginx), and the shared bottleneck it sits behind (a BottleneckSpec name)."""
+    serves HTTP (nginx), and the shared bottleneck it sits behind (a BottleneckSpec name).
+
+    rtt_ms adds that much round-trip time to the mirror's link (half each way) and loss drops
+    that fraction of the frames in each direction: a delay line (delayline.py) then sits
+    between the mirror and its upstream router, after the mirror's shaping."""
 
     rate_bps: int | None = 10_000_000
     kind: str = "vsftpd"
     http: bool = False
     bottleneck: str | None = None
     name: str | None = None
+    rtt_ms: float = 0.0
+    loss: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -237,6 +243,9 @@ class Lab:
                 raise LabError(f"mirror {n}: unknown kind {s.kind!r}; one of {FTP_KINDS}")
             if s.bottleneck is not None and s.bottleneck not in bnames:
                 raise LabError(f"mirror {n}: unknown bottleneck {s.bottleneck!r}; known {bnames}")
+            if not (0 <= s.rtt_ms <= 10_000 and 0 <= s.loss < 1):
+                raise LabError(f"mirror {n}: rtt_ms must be in [0, 10000] and loss in [0, 1); "
+                               f"got {s.rtt_ms}, {s.loss}")
         if not files:
             raise LabError("a lab needs at least one file to serve (files={'name': path})")
         self._specs = specs
@@ -433,7 +442,10 @@ class Lab:
                 b.mirrors.append(name)
                 upstream_ns = b.ns
                 netns.add_route(router, f"10.77.{10 + i}.0/30", b.addr)
-            netns.add_veth(f"{p}m{i}", mns, f"{p}u{i}", upstream_ns)
+            if spec.rtt_ms or spec.loss:
+                self._add_delay_line(i, spec, mns, upstream_ns)
+            else:
+                netns.add_veth(f"{p}m{i}", mns, f"{p}u{i}", upstream_ns)
             netns.add_address(upstream_ns, f"{p}u{i}", f"{up}/30")
             netns.add_address(mns, f"{p}m{i}", f"{leaf}/30")
             netns.add_route(mns, "default", up)
@@ -452,6 +464,29 @@ class Lab:
                 http=spec.http, rate_bps=spec.rate_bps, bottleneck=spec.bottleneck,
                 root=root, conf_dir=conf,
             ))
+
+    def _add_delay_line(self, i: int, spec: MirrorSpec, mns: str, upstream_ns: str) -> None:
+        """mirror ──veth── [namespace -d<i>: delayline] ──veth── upstream, at layer 2."""
+        p = f"{PREFIX}{self.lab_id}"
+        dns = self._add_ns(f"{p}-d{i}")
+        netns.sh(["ip", "netns", "exec", dns, "sysctl", "-qw",
+                  "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])
+        netns.add_veth(f"{p}m{i}", mns, f"{p}dm{i}", dns)
+        netns.add_veth(f"{p}du{i}", dns, f"{p}u{i}", upstream_ns)
+        for ns, dev in ((mns, f"{p}m{i}"), (dns, f"{p}dm{i}"), (dns, f"{p}du{i}"),
+                        (upstream_ns, f"{p}u{i}")):
+            delayline.offloads_off(ns, dev)
+        argv = delayline.argv(f"{p}dm{i}", f"{p}du{i}", spec.rtt_ms / 2000, spec.loss,
+                              seed=1000 + i)
+        log = self.workdir / f"delayline-m{i}.log"
+        proc = self._spawn(dns, argv, log)
+        self._procs.append(proc)
+        deadline = time.monotonic() + 10
+        while b"<->" not in (log.read_bytes() if log.exists() else b""):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise LabError(f"mirror {self._names[i]}: delay line did not start:\n"
+                               f"{log.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.01)
 
     # --- servers ---------------------------------------------------------------------------
     def _spawn(self, ns: str, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -636,8 +671,9 @@ class Lab:
             "access_bps": self.access_bps,
             "mirrors": {
                 m.name: {"addr": m.addr, "kind": m.kind, "http": m.http,
-                         "rate_bps": m.rate_bps, "bottleneck": m.bottleneck}
-                for m in self.mirrors
+                         "rate_bps": m.rate_bps, "bottleneck": m.bottleneck,
+                         "rtt_ms": spec.rtt_ms, "loss": spec.loss}
+                for m, spec in zip(self.mirrors, self._specs, strict=True)
             },
             "bottlenecks": {b.name: {"rate_bps": b.rate_bps, "mirrors": b.mirrors}
                             for b in self.bottlenecks},
