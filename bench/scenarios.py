@@ -151,4 +151,27 @@ SCENARIOS: tuple[Scenario, ...] = (
         per_mirror_curl=False,
         equal_split=4,
     ),
+    Scenario(
+        name="wide-area",
+        title="5/10/20/40 Mbit/s mirrors 20-160 ms away (the fastest farthest but one)",
+        mirrors=(
+            MirrorSpec(rate_bps=5 * MBIT, rtt_ms=20),
+            MirrorSpec(rate_bps=10 * MBIT, kind="pure-ftpd", rtt_ms=160),
+            MirrorSpec(rate_bps=20 * MBIT, rtt_ms=40),
+            MirrorSpec(rate_bps=40 * MBIT, kind="pure-ftpd", rtt_ms=80),
+        ),
+        notes="propagation delay from the lab's delay line; the bound ignores set-up round trips",
+    ),
+    Scenario(
+        name="lossy-path",
+        title="4 mirrors at 20 Mbit/s, 30 ms away; the path to m1 drops 1% of its packets",
+        mirrors=(
+            MirrorSpec(rate_bps=20 * MBIT, rtt_ms=30),
+            MirrorSpec(rate_bps=20 * MBIT, kind="pure-ftpd", rtt_ms=30, loss=0.01),
+            MirrorSpec(rate_bps=20 * MBIT, rtt_ms=30),
+            MirrorSpec(rate_bps=20 * MBIT, kind="pure-ftpd", rtt_ms=30),
+        ),
+        notes="TCP over 1% loss at 30 ms carries a few Mbit/s, so the link-rate bound is not "
+              "reachable there: compare the tools",
+    ),
 )

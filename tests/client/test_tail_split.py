@@ -3,6 +3,8 @@ bounded by one split unit over the slowest mirror's rate), and the CLI's options
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from pftp_client.cli import EXIT_USAGE, build_parser, run
 from pftp_client.pieces import SPLIT_UNIT, PieceGrid, split_unit
@@ -107,3 +109,69 @@ def test_steal_never_splits_below_what_the_server_is_already_sending():
         [LaneView(**lane, floor=size)], thief_rate=1_000_000.0, thief_latency_s=0.0,
         grid=grid, duplicate_budget_left=0,
     ) is None
+
+
+def test_slow_start_costs_round_trips_only_on_long_fat_paths():
+    from pftp_client.tail import INITIAL_WINDOW_BYTES, slow_start_s
+
+    assert slow_start_s(5_000_000.0, 0.0002) == 0.0  # a LAN: the first window is enough
+    assert slow_start_s(None, 0.08) == 0.0 and slow_start_s(5_000_000.0, None) == 0.0
+    # 40 Mbit/s over 80 ms: log2(400 kB / 14.5 kB) ~ 4.8 round trips to fill the path,
+    # about one of them carrying data at the full rate
+    cost = slow_start_s(5_000_000.0, 0.08)
+    assert cost == pytest.approx(0.08 * (math.log2(400_000 / INITIAL_WINDOW_BYTES) - 1))
+    assert 0.25 < cost < 0.35
+    assert slow_start_s(5_000_000.0, 0.16) > 2 * cost  # more round trips, each longer
+
+
+def test_a_steal_must_gain_more_than_the_thief_loses_switching():
+    """Between two far flows a marginal steal ping-ponged: each new range costs
+    the thief its switch (ABOR, passive port, request, slow start), so a steal
+    must shorten the finish by at least that much, not only by 5 %."""
+    size = 100 * MIB
+    grid = PieceGrid(size, 16 * KIB)
+    victim = LaneView(1, reserved=size - 2 * MIB, end=size, rate=2_500_000.0)  # 0.84 s left
+    near = plan_tail_move([victim], thief_rate=5_000_000.0, thief_latency_s=0.01, grid=grid,
+                          duplicate_budget_left=0)
+    assert isinstance(near, Steal)  # a LAN thief: well worth it
+    # a thief 80 ms away: switch ~0.32 s plus ~0.3 s of slow start. Balanced, both
+    # would end at ~0.77 s: 0.07 s gained for 0.62 s of the thief's time
+    far = plan_tail_move([victim], thief_rate=5_000_000.0, thief_latency_s=0.62, grid=grid,
+                         duplicate_budget_left=0)
+    assert far is None
+    # with 4 s left the same thief gains ~1.2 s: it steals
+    long = LaneView(1, reserved=size - 10 * MIB, end=size, rate=2_500_000.0)
+    assert isinstance(plan_tail_move([long], thief_rate=5_000_000.0, thief_latency_s=0.62,
+                                     grid=grid, duplicate_budget_left=0), Steal)
+
+
+def test_a_fresh_lane_reads_at_least_the_flows_rate_before_while_it_warms_up():
+    from pftp_client.engine import Flow
+    from pftp_client.plan import MirrorSource
+    from pftp_client.summary import MirrorStats
+
+    flow = Flow("m", MirrorSource("m", "ftp://m/f"), MirrorStats("m", "ftp://m/f"))
+    flow.rate.start(0.0)
+    t = 0.0
+    while t < 2.0:  # 5 MB/s
+        t += 0.05
+        flow.rate.add(250_000, t)
+    flow.rate.stop()
+    assert flow.rate_estimate(t) == pytest.approx(5_000_000, rel=0.05)
+    # a new range: nothing for 0.25 s (its first byte), then slow start
+    flow.warm_up(t, hold_s=1.0)
+    flow.rate.start(t)
+    start = t
+    t += 0.25
+    flow.rate.add(50_000, t)
+    t += 0.1
+    flow.rate.add(100_000, t)
+    measured = flow.rate.rate(t)
+    assert measured is not None and measured < 1_000_000  # what the meter says
+    assert flow.rate_estimate(t) == pytest.approx(5_000_000, rel=0.05)  # what counts
+    # once the hold is over the lane's own figure counts, slower or not
+    while t < start + 1.5:
+        t += 0.05
+        flow.rate.add(50_000, t)  # 1 MB/s: this mirror did slow down
+    assert flow.rate_estimate(t) == pytest.approx(flow.rate.rate(t))
+    assert flow.rate_estimate(t) < 1_500_000

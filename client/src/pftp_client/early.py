@@ -175,7 +175,9 @@ class EarlyProbe:
             # size() below or the first fetch asks again and reports
             log.debug("%s: %s", self.url, exc)
         try:
-            size = f.size()
+            # every way on below (a transfer, or a standby's prepare) wants a passive
+            # port: asked with the size, it costs no round trip of its own
+            size = f.size(passive=not self.head)
         except (TransferError, OSError) as exc:
             f.close()
             return self.url, None, None, str(exc)

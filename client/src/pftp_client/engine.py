@@ -50,7 +50,7 @@ from pftp_client.ranges import MAX_ROUNDS, ROUND_BLOCK_BYTES, RangeOwners, Range
 from pftp_client.rate import RateMeter
 from pftp_client.slow_server import FlowProgress, find_slow_flows, reduced_portion
 from pftp_client.summary import EventKind, MirrorEvent, MirrorStats
-from pftp_client.tail import Duplicate, LaneView, Steal, plan_tail_move
+from pftp_client.tail import Duplicate, LaneView, Steal, plan_tail_move, slow_start_s
 from pftp_client.transports.base import (
     Cancelled,
     PermanentError,
@@ -86,6 +86,10 @@ class EngineConfig:
     slow_strikes: int = 2  # consecutive slow intervals before a cut (noise guard)
     duplicate_budget: float = 0.01  # share of the file that may be fetched twice
     default_latency_s: float = 0.05  # request latency before one is measured
+    # A new lane's rate is held at the flow's rate before for this many request
+    # latencies, at least warm_up_min_s (Flow.warm_up).
+    warm_up_latencies: float = 5.0
+    warm_up_min_s: float = 0.5
     ring_capacity: int = 4096  # arrivals kept per flow for the congestion detector
     # After the last byte: how long to wait for the flow threads. What they still do
     # then is protocol (read EOF and the 226, send QUIT): no write to the part file
@@ -185,6 +189,11 @@ class Flow:
     lane: Lane | None = None
     rate: RateMeter = field(default_factory=RateMeter)
     latency_s: float | None = None
+    # What moving to a new range costs, request latency included: the time from the
+    # last byte of a range to the end of its fetch (ABOR, the next passive port),
+    # added to the next range's latency. EWMA; None until one was measured.
+    switch_s: float | None = None
+    wound_down_s: float = 0.0
     consecutive_failures: int = 0
     alive: bool = True
     last_cut: float = -1e9
@@ -193,12 +202,27 @@ class Flow:
     standby: bool = False  # connected, waiting while a leading flow fills the access link
     last_data: float = -1e9  # clock of the last block received
     fetch_started: float | None = None  # clock when the lane in progress was started
+    # The rate before the lane in progress, and until when it stands in (see warm_up).
+    warm_rate: float | None = None
+    warm_until: float = -1e9
 
     def rate_estimate(self, now: float) -> float | None:
         r = self.rate.rate(now)
+        if self.warm_rate is not None and now < self.warm_until:
+            r = max(r or 0.0, self.warm_rate)
         if r is None and self.mirror.expected_bps:
             return self.mirror.expected_bps / 8
         return r
+
+    def warm_up(self, now: float, hold_s: float) -> None:
+        """A new request: for ``hold_s`` its rate is at least the flow's rate before.
+        The meter counts from the request, so a fresh lane reads low while its first
+        byte travels and its new data connection leaves slow start (several round
+        trips: ~1 s at 80-160 ms RTT). Taken at face value, that made the lane look
+        like the last to finish and another flow stole it back (ping-pong between
+        two far mirrors, each new request costing ~3 RTT of idle flow)."""
+        self.warm_rate = self.rate_estimate(now)
+        self.warm_until = now + hold_s
 
 
 @dataclass
@@ -1139,15 +1163,26 @@ class DownloadEngine:
             and ln.flow.alive
             and not ln.flow.cancel.is_set()
         ]
+        thief_rate = flow.rate_estimate(now)
         return plan_tail_move(
             views,
-            thief_rate=flow.rate_estimate(now),
-            thief_latency_s=flow.latency_s
-            if flow.latency_s is not None
-            else self.cfg.default_latency_s,
+            thief_rate=thief_rate,
+            thief_latency_s=self._switch_cost(flow, thief_rate),
             grid=self.split_grid,
             duplicate_budget_left=self.duplicate_budget_left,
         )
+
+    def _switch_cost(self, flow: Flow, rate: float | None) -> float:
+        """Seconds of this flow's rate a new range costs it: the switch (wind-down
+        and request latency) and the new data connection's slow start."""
+        switch = flow.switch_s if flow.switch_s is not None else flow.latency_s
+        if switch is None:
+            switch = self.cfg.default_latency_s
+        path_rtt = getattr(flow.fetcher, "path_rtt", None)
+        rtt = path_rtt() if path_rtt is not None else None
+        if rtt is None and flow.latency_s is not None:
+            rtt = flow.latency_s / 2  # (an FTP request's first byte: about two round trips)
+        return switch + slow_start_s(rate, rtt)
 
     def _run_lane(self, flow: Flow, lane: Lane) -> bool:
         """Fetch one lane; False when the flow must stop."""
@@ -1163,6 +1198,7 @@ class DownloadEngine:
                 lane.kind
             ]
             lane.requested_at = self._clock()
+            flow.warm_up(lane.requested_at, self._warm_up_s(flow))
             flow.rate.start(lane.requested_at)
             flow.fetcher.fetch(
                 lane.reserved, lane.end, lambda o, d, t: self._sink(lane, o, d, t), flow.cancel
@@ -1183,8 +1219,14 @@ class DownloadEngine:
         finally:
             flow.rate.stop()
             with self._lock:
-                flow.stats.seconds += self._clock() - t_start
+                now = self._clock()
+                flow.stats.seconds += now - t_start
                 flow.fetch_started = None
+                # (a failed fetch's time is its failure's, not a switch's)
+                flow.wound_down_s = (
+                    max(0.0, now - flow.last_data)
+                    if error is None and lane.first_byte is not None else 0.0
+                )
         with self._lock:
             if lane.kind == "repair":
                 self._finish_repair(lane, ok=error is None)
@@ -1293,6 +1335,12 @@ class DownloadEngine:
             return lane.reserved
         return max(lane.reserved, min(self.split_grid.align_up(edge), lane.owned_end))
 
+    def _warm_up_s(self, flow: Flow) -> float:
+        """How long a new lane's rate is not taken below the flow's rate before: its
+        first byte's latency and slow start's round trips (Flow.warm_up)."""
+        latency = flow.latency_s if flow.latency_s is not None else self.cfg.default_latency_s
+        return max(self.cfg.warm_up_min_s, self.cfg.warm_up_latencies * latency)
+
     def _stall_gap(self, flow: Flow) -> float:
         """A flow silent for longer than this is stalled (retransmission timeout),
         not just between two bursts of a window-limited path."""
@@ -1322,6 +1370,10 @@ class DownloadEngine:
                     lat = now - lane.requested_at
                     flow.latency_s = (
                         lat if flow.latency_s is None else 0.7 * flow.latency_s + 0.3 * lat
+                    )
+                    switch = lat + flow.wound_down_s
+                    flow.switch_s = (
+                        switch if flow.switch_s is None else 0.7 * flow.switch_s + 0.3 * switch
                     )
             flow.stats.received += n
             flow.last_data = now

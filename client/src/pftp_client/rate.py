@@ -21,6 +21,7 @@ class RateMeter:
         self._samples: deque[tuple[float, int]] = deque(maxlen=int(window_s / step_s) + 2)
         self._lock = threading.Lock()
         self._last_rate: float | None = None
+        self._last_add = 0.0
 
     def start(self, now: float) -> None:
         """Mark the start of an active period (a new request)."""
@@ -31,6 +32,7 @@ class RateMeter:
     def add(self, nbytes: int, now: float) -> None:
         with self._lock:
             self.total += nbytes
+            self._last_add = now
             if not self._samples or now - self._samples[-1][0] >= self.step_s:
                 self._samples.append((now, self.total))
                 while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
@@ -54,6 +56,12 @@ class RateMeter:
             return self._last_rate
 
     def stop(self) -> None:
-        """End of an active period: freeze the last rate (idle time is not slowness)."""
+        """End of an active period: freeze the last rate (idle time is not slowness),
+        taken up to the period's last byte (rate() may not have been asked lately)."""
         with self._lock:
+            if self._samples:
+                t0, b0 = self._samples[0]
+                dt = self._last_add - t0
+                if self.total > b0 and dt >= min(self.min_span_s, self.window_s):
+                    self._last_rate = (self.total - b0) / dt
             self._samples.clear()

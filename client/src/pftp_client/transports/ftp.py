@@ -555,6 +555,17 @@ class FtpFetcher:
             rtt = None
         return head.requested_at, head.arrivals(), rtt
 
+    def path_rtt(self) -> float | None:
+        """The control connection's smoothed RTT in seconds (the data connections
+        take the same path); None without a connection or a measurement. Thread-safe."""
+        ctrl = self._ctrl
+        if ctrl is None:
+            return None
+        try:
+            return smoothed_rtt(ctrl.sock)
+        except OSError:
+            return None
+
     def _take_head(self) -> _HeadReader | None:
         with self._lock:
             head, self._head = self._head, None
@@ -642,10 +653,12 @@ class FtpFetcher:
         except (OSError, ValueError):
             return None
 
-    def size(self) -> int | None:
+    def size(self, *, passive: bool = False) -> int | None:
         """``SIZE`` in binary mode; None when the server does not implement it.
-        Raises PermanentError when the file does not exist (550)."""
-        return self._known_size()
+        Raises PermanentError when the file does not exist (550). With ``passive``
+        (a transfer follows) the first SIZE brings a passive port along: one round
+        trip fewer to that transfer's first byte."""
+        return self._known_size(passive=passive)
 
     def _known_size(self, *, passive: bool = False) -> int | None:
         """``size()``; with ``passive`` the first SIZE brings a passive port along."""
