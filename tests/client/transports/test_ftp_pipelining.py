@@ -107,6 +107,27 @@ def test_commands_travel_together(ftp_server, relay) -> None:
             assert not later or first_reply_after(lines, i) < later[0]
 
 
+def test_size_brings_the_passive_port_of_the_transfer_that_follows(ftp_server, relay) -> None:
+    """early.EarlyProbe asks the size of every mirror but the first with its passive
+    port: the REST check (or the transfer) after it then sends no EPSV of its own."""
+    data = payload(500_000, seed=13)
+    ftp_server.put("f.bin", data)
+    proxy, base = relay(ftp_server, one_way_delay=0.01)
+    with fetcher(base + "f.bin") as f:
+        assert f.size(passive=True) == len(data)
+        f.prepare(threading.Event())  # the REST check: REST size-1 + RETR
+        assert fetch(f, 200_000, 300_000) == data[200_000:300_000]
+    commands = [text for side, text in proxy.lines if side == "C"]
+    assert commands[2:5] == ["TYPE I", "SIZE f.bin", "EPSV"]
+    assert sent_before_reply(list(proxy.lines), "SIZE f.bin", "EPSV")
+    assert commands[5:7] == [f"REST {len(data) - 1}", "RETR f.bin"]
+    # without it, the size travels alone
+    proxy2, base2 = relay(ftp_server, one_way_delay=0.01)
+    with fetcher(base2 + "f.bin") as f:
+        assert f.size() == len(data)
+    assert "EPSV" not in [text for side, text in proxy2.lines if side == "C"]
+
+
 def test_one_command_at_a_time_when_asked(ftp_server, relay) -> None:
     data = payload(1_000_000, seed=12)
     ftp_server.put("f.bin", data)
