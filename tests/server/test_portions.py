@@ -120,3 +120,35 @@ def test_split_properties(size, weights, min_portion, piece_size):
         for p in ps[:-1]:
             ideal = n_units * weights[p.index] / kw
             assert abs(p.length / unit - ideal) <= 1.0 + 1e-6 * ideal
+
+
+def test_far_mirrors_get_less_so_that_all_finish_together():
+    from pftp_coordinator.portions import finish_together_weights, start_delay_s
+
+    size = 45 * 2**20
+    rates = [5e6, 10e6, 20e6, 40e6]
+    rtts = [0.02, 0.16, 0.04, 0.08]
+    starts = [start_delay_s(r, t) for r, t in zip(rates, rtts, strict=True)]
+    assert starts[0] == pytest.approx(0.12, abs=0.001)  # 6 round trips, no ramp at 5 Mbit/s
+    assert starts[3] > 6 * 0.08  # plus slow start at 40 Mbit/s over 80 ms
+    weights = finish_together_weights(size, rates, starts)
+    portions = split_portions(size, weights)
+    assert sum(p.length for p in portions) == size
+    finish = [s + p.length / (r / 8) for s, p, r in zip(starts, portions, rates, strict=True)]
+    assert max(finish) - min(finish) < 1e-3  # together, to the byte's time
+    # plain rate weights would have left the 160 ms mirror a second behind
+    plain = split_portions(size, rates)
+    late = [s + p.length / (r / 8) for s, p, r in zip(starts, plain, rates, strict=True)]
+    assert max(late) - min(late) > 0.8
+    # on a LAN nothing changes
+    assert finish_together_weights(size, rates, [0.0] * 4) == pytest.approx(
+        [r / 8 * (size / (sum(rates) / 8)) for r in rates])
+
+
+def test_a_mirror_that_would_start_after_the_end_gets_nothing():
+    from pftp_coordinator.portions import finish_together_weights
+
+    size = 10 * 2**20  # 1 s at 80 Mbit/s; the far mirror starts 2 s late
+    weights = finish_together_weights(size, [80e6, 10e6], [0.0, 2.0])
+    assert weights[1] == 0.0 and weights[0] > 0
+    assert [p.index for p in split_portions(size, weights)] == [0]

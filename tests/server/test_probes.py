@@ -198,3 +198,39 @@ def test_probe_http_mirror_without_replica_uses_tcp(sqlite_url, tmp_path):
         out = probe_mirror(factory, mid, settings(), allow_raw=False, retry_pause_s=0.05)
     assert out.ok and out.state == "up"
     assert [r["method"] for r in out.rows] == ["tcp-connect"]
+
+
+def slow_start_samples(rate_Bps: float, rtt: float, total: int, iw: int = 14480
+                       ) -> list[tuple[float, int]]:
+    """(time, bytes so far) of a transfer whose window doubles every round trip from
+    ``iw`` until it carries ``rate_Bps``; each window arrives over its round trip."""
+    samples: list[tuple[float, int]] = [(0.0, 0)]
+    t, got, window = 0.0, 0, iw
+    while got < total:
+        per_rtt = min(window, rate_Bps * rtt)
+        for k in range(1, 9):  # eight reads per round trip
+            got = min(total, got + int(per_rtt / 8))
+            samples.append((t + rtt * k / 8, got))
+        t += rtt
+        window *= 2
+    return samples
+
+
+def test_steady_rate_reads_the_end_of_a_slow_start_not_its_average():
+    from pftp_coordinator.probes.throughput import steady_rate_bps, still_growing
+
+    rate, rtt = 5_000_000.0, 0.08  # 40 Mbit/s, 80 ms away
+    short = slow_start_samples(rate, rtt, 512 * 1024)
+    whole = short[-1][1] * 8 / short[-1][0]
+    assert whole < 0.5 * rate * 8  # the average of a short read: mostly the ramp
+    assert still_growing(short, rtt)  # so a read allowed to go on does
+    long = slow_start_samples(rate, rtt, 4 * 1024 * 1024)
+    cut = next(i for i, (_, b) in enumerate(long) if b >= 2 * 1024 * 1024)
+    assert not still_growing(long[: cut + 1], rtt)  # on the plateau by 2 MB
+    assert steady_rate_bps(long[: cut + 1], rtt) == pytest.approx(rate * 8, rel=0.05)
+    # a LAN path: steady from the start, the end reads as the whole
+    lan = [(i * 0.001, i * 5000) for i in range(100)]
+    assert not still_growing(lan, 0.0002)
+    assert steady_rate_bps(lan, 0.0002) == pytest.approx(40e6, rel=0.01)
+    assert steady_rate_bps(lan[:2], 0.0002) is None  # too few to tell
+    assert not still_growing(long, None)  # no RTT: never extends a read

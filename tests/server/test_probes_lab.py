@@ -165,3 +165,35 @@ def test_lab_throughput_ranks_and_down_up(pb_lab, sqlite_url):
     _wait_port(f"{pb_lab['id']}-m2", pb_lab["addrs"]["m2"])
     out = _probe(pb_lab, sqlite_url, ids["m2"])
     assert out[str(ids["m2"])]["state"] == "up", out
+
+
+@pytest.mark.lab
+def test_a_far_path_is_read_past_its_slow_start(tmp_path: Path) -> None:
+    """A 40 Mbit/s mirror 80 ms away (the lab's delay line): 512 kB read as a whole
+    are mostly slow start; read on while the rate still grows, the probe measures the
+    path. Real vsftpd, real TCP, from the client's namespace."""
+    from pftp_lab import Lab, MirrorSpec, make_file
+
+    src = tmp_path / "data.bin"
+    make_file(src, 8 * 1024 * 1024, seed=4)
+    code = (
+        "import json,sys\n"
+        "from pftp_coordinator.probes.throughput import ftp_ranged_read\n"
+        "url, extra = sys.argv[1], int(sys.argv[2])\n"
+        "r = ftp_ranged_read(url, 512 * 1024, timeout_s=20, max_size=extra)\n"
+        "print(json.dumps({'bps': r.bps, 'nbytes': r.nbytes}))\n"
+    )
+    rate = 40_000_000
+    with Lab([MirrorSpec(rate_bps=rate, rtt_ms=80)], files={"data.bin": src}) as lab:
+        url = lab.mirrors[0].ftp_url("data.bin")
+        got = {}
+        for extra in (0, 4 * 1024 * 1024):
+            res = lab.run_in("client", [sys.executable, "-c", code, url, str(extra)],
+                             timeout=60, check=True)
+            got[extra] = json.loads(res.stdout)
+    print(got)
+    short, long = got[0], got[4 * 1024 * 1024]
+    assert short["nbytes"] == 512 * 1024
+    assert 512 * 1024 < long["nbytes"] <= 4 * 1024 * 1024
+    assert 0.75 * rate < long["bps"] < 1.1 * rate
+    assert short["bps"] < long["bps"]

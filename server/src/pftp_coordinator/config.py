@@ -93,6 +93,9 @@ class Settings(BaseSettings):
     probe_timeout_s: float = Field(default=10.0, gt=0)
     probe_concurrency: int = Field(default=8, ge=1)
     throughput_probe_bytes: int = Field(default=512 * 1024, ge=1024)
+    # A read goes on past throughput_probe_bytes, up to this, while its connection is
+    # still in slow start: on a far path 512 kB are mostly ramp (probes/throughput.py).
+    throughput_probe_max_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     scan_interval_s: float = Field(default=3600.0, gt=0)
     predictor_refit_interval_s: float = Field(default=600.0, gt=0)
     retention_interval_s: float = Field(default=3600.0, gt=0)

@@ -21,7 +21,7 @@ from urllib.parse import quote
 from pftp_wire.models import AssignmentRequest, AssignmentResponse
 from pydantic_core import to_json
 
-from pftp_coordinator.portions import split_portions
+from pftp_coordinator.portions import finish_together_weights, split_portions, start_delay_s
 from pftp_coordinator.ranking import MirrorRank, RankedRows, RankingTable, rank_rows_lazy
 from pftp_coordinator.ranking_inputs import FileRecord, RankingSnapshot, ranking_table
 from pftp_coordinator.selection import select_mirrors
@@ -188,9 +188,15 @@ def _plan(
 
     chosen = sel.selected
     # Portions in proportion to expected rate when every chosen mirror has one
-    # (so they finish together), else to suitability (see portions.py).
+    # (so they finish together), else to suitability (see portions.py). A far
+    # mirror starts later (set-up round trips, slow start): its portion is smaller
+    # by what it cannot carry meanwhile (finish_together_weights).
     if all(r.expected_bps for r in chosen):
-        weights = [float(r.expected_bps or 0.0) for r in chosen]
+        table = ranking_table(snapshot, settings, now=now)
+        rates = [float(r.expected_bps or 0.0) for r in chosen]
+        starts = [start_delay_s(rate, table.rtt_s[table.row_of[r.key]])
+                  if r.key in table.row_of else 0.0 for r, rate in zip(chosen, rates, strict=True)]
+        weights = finish_together_weights(f.size, rates, starts)
     else:
         weights = [r.suitability for r in chosen]
     portions = split_portions(

@@ -250,6 +250,7 @@ class RankingTable:
     c: np.ndarray  # (n, len(VARIABLES)) float64
     expected: list[float | None]
     w: np.ndarray  # weight per variable position
+    rtt_s: list[float | None]  # fresh probed round-trip time per row (planner.py)
     row_of: dict[int, int]
     w_list: list[float] = field(init=False)
     # For the hot path: q[k] stacks x with 0 where missing, "has a value" (0/1),
@@ -285,6 +286,8 @@ def build_table(
         c=c,
         expected=[expected_rate_bps(m, now, params) for m in metrics],
         w=weight_vector(params),
+        rtt_s=[_clean(m.rtt_s) if _confidence(m.probe_ts, now, params) > 0 else None
+               for m in metrics],
         row_of={m.key: k for k, m in enumerate(metrics)},
     )
 

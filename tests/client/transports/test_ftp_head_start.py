@@ -255,3 +255,36 @@ def test_a_server_ignoring_rest_never_gets_its_head_trusted(start_pyftpd) -> Non
         assert not got and f.rest_honoured is False
         with pytest.raises(RangeNotHonoured):  # and no later head at an offset either
             f.start_head(200_000, rest_checked_later=True)
+
+
+def test_a_head_taken_over_before_its_first_bytes_still_shows_them_to_the_others(
+    recording_server,
+) -> None:
+    """A far first mirror: the engine takes its transfer from 0 over before a byte has
+    come. The other mirrors' REST checks compare with its first bytes (head_bytes):
+    the fetch keeps them as they pass, and until then says more will come, instead
+    of an empty final prefix that made every other mirror start again."""
+    data = os.urandom(300_000)
+    recording_server.put("f.bin", data)
+    with FtpFetcher(recording_server.url("f.bin")) as f:
+        f._head_prefix, f._head_prefix_final = b"", False  # a takeover with nothing read
+        got, sink = _collect()
+        keep = f._prefix_keeper(sink)
+        assert f.head_bytes(4096) == (b"", False)  # nothing yet, but more will come
+        keep(0, memoryview(data[:1000]), 0)
+        assert f.head_bytes(4096) == (data[:1000], False)
+        assert f.head_bytes(500) == (data[:500], True)  # enough for a shorter check
+        keep(1000, memoryview(data[1000:70_000]), 0)
+        assert f.head_bytes(4096) == (data[:4096], True)
+        keep(70_000, memoryview(data[70_000:80_000]), 0)
+        assert f._head_prefix == data[:4096] and bytes(got) == data[:80_000]
+        # and through a real takeover: the head at 0, fetched at once
+        f2 = FtpFetcher(recording_server.url("f.bin"))
+        try:
+            f2.start_head()
+            n = f2.fetch(0, RangeEnd(len(data)), lambda p, b, t: None, threading.Event())
+            assert n == len(data)
+            prefix, final = f2.head_bytes(4096)
+            assert final and prefix == data[:4096]
+        finally:
+            f2.close()

@@ -437,6 +437,7 @@ class FtpFetcher:
         self.head_history: tuple[float, list[tuple[float, int]]] | None = None
         # A head from byte 0 taken over: its first bytes (head_bytes).
         self._head_prefix: bytes | None = None
+        self._head_prefix_final = True  # no more bytes will come into the prefix
         self._recv_pos = 0
         # When True, arrival_ns passed to the sink is the kernel's receive time of
         # the data (SO_TIMESTAMPNS, converted to the time.monotonic_ns() scale)
@@ -459,7 +460,7 @@ class FtpFetcher:
                 # started before REST was checked, and its bytes never showed it
                 # (confirm_rest): not trusted; the probe below decides
                 self._settle_head()
-            elif self._take_head() is head:
+            elif self._take_head(fetching=True) is head:
                 return self._fetch_head(head, end, sink, cancel)
         if offset > 0:
             self._require_rest(cancel)
@@ -508,7 +509,9 @@ class FtpFetcher:
         head = self._head
         if head is None:
             prefix = self._head_prefix
-            return None if prefix is None else (prefix[:limit], True)
+            if prefix is None:
+                return None
+            return prefix[:limit], self._head_prefix_final or len(prefix) >= limit
         if head.offset != 0:
             return None
         buf = head.buf  # (emptied by the fetch that takes the head over)
@@ -566,12 +569,24 @@ class FtpFetcher:
         except OSError:
             return None
 
-    def _take_head(self) -> _HeadReader | None:
+    def _take_head(self, *, fetching: bool = False) -> _HeadReader | None:
+        """Detach the head transfer. A head from byte 0 leaves its first bytes in
+        the head prefix at once (head_bytes, for the other mirrors' REST checks; a
+        moment without either made them give up); with ``fetching`` the fetch that
+        takes it over adds the bytes still to come (_fetch_head)."""
         with self._lock:
             head, self._head = self._head, None
+            if head is not None and head.offset == 0:
+                self._keep_prefix(head, final=not fetching)
         if head is not None:
             head.stop()
+            if head.offset == 0:
+                self._keep_prefix(head, final=not fetching)  # (what came meanwhile)
         return head
+
+    def _keep_prefix(self, head: _HeadReader, *, final: bool) -> None:
+        self._head_prefix = bytes(head.buf[: min(head.got, _PROBE_BYTES)])
+        self._head_prefix_final = final or head.ended or len(self._head_prefix) >= _PROBE_BYTES
 
     def _settle_head(self) -> None:
         """Abort a head transfer that nobody took (before another command)."""
@@ -584,7 +599,7 @@ class FtpFetcher:
     ) -> int:
         """``fetch`` at the head transfer's offset: what it read first, then the rest
         of the stream."""
-        ctrl, data = head.ctrl, head.data
+        data = head.data
         if self.kernel_timestamps:
             # Switched on after the connect: what is queued already has no time, and
             # _receive then takes the receive call's clock.
@@ -593,8 +608,20 @@ class FtpFetcher:
         # For the engine's lead judge: this flow's arrivals before the fetch.
         self.head_history = (head.requested_at, head.arrivals())
         base = head.offset
-        if base == 0:  # (head_bytes: other mirrors may still compare with it)
-            self._head_prefix = bytes(head.buf[: min(head.got, _PROBE_BYTES)])
+        if base == 0 and not self._head_prefix_final:
+            # Taken over before its first bytes came (a far first mirror): keep what
+            # the fetch reads next (head_bytes), or the others' checks would have
+            # nothing to compare and start again after a probe.
+            sink = self._prefix_keeper(sink)
+        try:
+            return self._read_head(head, end, sink, cancel)
+        finally:
+            self._head_prefix_final = True  # (whatever the prefix holds by now)
+
+    def _read_head(
+        self, head: _HeadReader, end: RangeEnd, sink: DataSink, cancel: threading.Event
+    ) -> int:
+        ctrl, data, base = head.ctrl, head.data, head.offset
         done = 0  # bytes of the buffer delivered
         view = memoryview(head.buf)
         try:
@@ -615,6 +642,20 @@ class FtpFetcher:
             ctrl, data, base + done, end, sink, cancel, stream_start=base
         )
         return done + delivered
+
+    def _prefix_keeper(self, sink: DataSink) -> DataSink:
+        """``sink``, copying the file's first bytes into the head prefix as they pass."""
+        kept = bytearray(self._head_prefix or b"")
+
+        def keep(offset: int, block: memoryview, arrival_ns: int) -> None:
+            if offset == len(kept) < _PROBE_BYTES:
+                kept.extend(block[: _PROBE_BYTES - offset])
+                self._head_prefix = bytes(kept)
+                if len(kept) >= _PROBE_BYTES:
+                    self._head_prefix_final = True
+            sink(offset, block, arrival_ns)
+
+        return keep
 
     def committed_end(self, rate: float | None = None) -> int | None:
         """The file offset up to which the server is most likely sending already

@@ -49,6 +49,7 @@ class ProbeTarget:
     port: int
     read_url: str | None  # a replica to read from, None when none is known yet
     read_size: int
+    read_max: int = 0  # how far the read may go while the path is in slow start
 
 
 @dataclass
@@ -67,7 +68,9 @@ def mirror_by_name(session: Session, name: str) -> Mirror:
     return mirror
 
 
-def load_target(session: Session, mirror_id: int, read_size: int) -> ProbeTarget | None:
+def load_target(
+    session: Session, mirror_id: int, read_size: int, read_max: int = 0
+) -> ProbeTarget | None:
     """None when the mirror is unknown, disabled or has no URL."""
     mirror = session.get(Mirror, mirror_id)
     if mirror is None or not mirror.enabled or not mirror.urls:
@@ -104,6 +107,7 @@ def load_target(session: Session, mirror_id: int, read_size: int) -> ProbeTarget
         port=parts.port or DEFAULT_PORTS.get(url.protocol, 21),
         read_url=read_url,
         read_size=min(read_size, row.size) if row else 0,
+        read_max=min(read_max, row.size) if row else 0,
     )
 
 
@@ -161,7 +165,8 @@ def measure(
             )
     if target.read_url:
         try:
-            tp = ranged_read(target.read_url, target.read_size, timeout_s=timeout)
+            tp = ranged_read(target.read_url, target.read_size, timeout_s=timeout,
+                             max_size=target.read_max)
             rows.append({"method": tp.method, "ok": True, "throughput_bps": tp.bps, "rtt_s": None})
             service_ok = True
         except ProbeError as exc:
@@ -223,7 +228,8 @@ def probe_mirror(
 ) -> ProbeOutcome | None:
     """A full probe round with a quick retry burst on failure (see module doc)."""
     with session_scope(factory) as s:
-        target = load_target(s, mirror_id, settings.throughput_probe_bytes)
+        target = load_target(s, mirror_id, settings.throughput_probe_bytes,
+                             settings.throughput_probe_max_bytes)
     if target is None:
         return None
     pause = (

@@ -10,9 +10,12 @@ depend on the client package.
 
 from __future__ import annotations
 
+import bisect
 import ftplib
 import logging
+import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote, urljoin, urlsplit
 
@@ -52,22 +55,103 @@ def data_phase_bps(nbytes: int, first_chunk: int, t_first: float, t_last: float)
     return (nbytes - first_chunk) * 8 / span
 
 
-def _finish(
-    method: str, nbytes: int, first_chunk: int, t0: float, t_first: float | None, t_last: float
-) -> ThroughputResult:
-    if t_first is None or nbytes == 0:
-        raise ProbeError(f"{method}: no data received")
-    bps = data_phase_bps(nbytes, first_chunk, t_first, t_last)
-    if bps == float("inf"):
-        bps = nbytes * 8 / max(t_last - t0, 1e-6)
-    return ThroughputResult(method, nbytes, t_last - t0, t_first - t0, bps)
+# A read past its size goes on while the rate of the last two round trips is still
+# this much above the two before: the connection is in slow start.
+GROWING = 1.25
+
+
+def _rate_since(samples: Sequence[tuple[float, int]], window_s: float) -> float | None:
+    """bits/s over the last ``window_s`` of ``samples`` [(time, bytes so far)];
+    None when they span less than that."""
+    t_end, b_end = samples[-1]
+    i = bisect.bisect_right(samples, (t_end - window_s, math.inf)) - 1
+    if i < 0 or t_end - samples[i][0] <= 0:
+        return None
+    t, b = samples[i]
+    return (b_end - b) * 8 / (t_end - t)
+
+
+def steady_rate_bps(samples: Sequence[tuple[float, int]], rtt_s: float | None) -> float | None:
+    """The rate at the end of a read (bits/s): over its last quarter, and at least two
+    round trips. A short read over a long path is mostly slow start (at 80 ms, 512 kB
+    of a 40 Mbit/s path take ~5 round trips and read as 10 Mbit/s over the whole);
+    its end is what a long download will see. ``samples`` are (time, bytes so far)
+    after the first chunk. None when there are too few to tell."""
+    if len(samples) < 3:
+        return None
+    span = samples[-1][0] - samples[0][0]
+    window = max(2 * (rtt_s or 0.0), span / 4)
+    if span <= 0 or window >= span:
+        return None
+    return _rate_since(samples, window)
+
+
+def still_growing(samples: Sequence[tuple[float, int]], rtt_s: float | None) -> bool:
+    """Is the read still speeding up (slow start)? Compares the last two round trips'
+    rate with the two before. False without an RTT or with too little to compare."""
+    if not rtt_s or rtt_s <= 0 or len(samples) < 3:
+        return False
+    window = 2 * rtt_s
+    t_end = samples[-1][0]
+    if t_end - samples[0][0] < 2 * window:
+        return True  # not two windows yet: too early to call it steady
+    last = _rate_since(samples, window)
+    j = bisect.bisect_right(samples, (t_end - window, math.inf)) - 1
+    before = _rate_since(samples[: j + 1], window) if j >= 1 else None
+    if last is None or not before:
+        return False
+    return last > GROWING * before
+
+
+class _Reading:
+    """Arrival samples of one ranged read, and when to stop it."""
+
+    def __init__(self, size: int, max_size: int, rtt_s: float | None) -> None:
+        self.size = size
+        self.max_size = max(size, max_size)
+        self.rtt_s = rtt_s
+        self.nbytes = self.first_chunk = 0
+        self.t_first: float | None = None
+        self.t_last = 0.0
+        self.samples: list[tuple[float, int]] = []
+
+    def add(self, n: int, now: float) -> None:
+        self.t_last = now
+        if self.t_first is None:
+            self.t_first, self.first_chunk = now, n
+        self.nbytes += n
+        if self.nbytes > self.first_chunk or not self.samples:
+            self.samples.append((now, self.nbytes))
+
+    def want(self) -> int:
+        """Bytes to read next; 0 when done: ``size`` read, and the connection out of
+        slow start or ``max_size`` reached."""
+        if self.nbytes < self.size:
+            return self.size - self.nbytes
+        if self.nbytes < self.max_size and still_growing(self.samples, self.rtt_s):
+            return self.max_size - self.nbytes
+        return 0
+
+    def result(self, method: str, t0: float) -> ThroughputResult:
+        if self.t_first is None or self.nbytes == 0:
+            raise ProbeError(f"{method}: no data received")
+        bps = data_phase_bps(self.nbytes, self.first_chunk, self.t_first, self.t_last)
+        if bps == float("inf"):
+            bps = self.nbytes * 8 / max(self.t_last - t0, 1e-6)
+        steady = steady_rate_bps(self.samples, self.rtt_s)
+        if steady is not None:
+            bps = max(bps, steady)
+        return ThroughputResult(method, self.nbytes, self.t_last - t0, self.t_first - t0, bps)
 
 
 def ftp_ranged_read(
-    url: str, size: int, *, offset: int = 0, timeout_s: float = 10.0
+    url: str, size: int, *, offset: int = 0, timeout_s: float = 10.0, max_size: int = 0
 ) -> ThroughputResult:
     """REST+RETR of exactly ``size`` bytes at ``offset`` from
     ftp://[user[:pass]@]host[:port]/path (fewer only when the file ends first).
+    With ``max_size`` above ``size``, the read goes on up to that while the
+    connection is still in slow start (``still_growing``), so that a far path's
+    rate is measured after its ramp (``steady_rate_bps``).
 
     The data connection is reset as soon as ``size`` bytes are in; the server's
     reply to that hang-up is awaited, then the session is ended with QUIT (see
@@ -85,29 +169,26 @@ def ftp_ranged_read(
     try:
         ftp.connect(parts.hostname, parts.port or 21)
         ftp.login(unquote(parts.username or "anonymous"), unquote(parts.password or "pftp@"))
-        ftp.voidcmd("TYPE I")
+        t_type = time.perf_counter()
+        ftp.voidcmd("TYPE I")  # (one round trip: the path's RTT for still_growing)
         t0 = time.perf_counter()
+        reading = _Reading(size, max_size, t0 - t_type)
         conn = ftp.transfercmd(f"RETR {url_path(parts.path)}", rest=offset or None)
-        nbytes = first_chunk = 0
-        t_first: float | None = None
-        t_last = t0
         server_ended = False
         try:
             conn.settimeout(timeout_s)
-            while nbytes < size:
+            while want := reading.want():
                 if time.monotonic() > deadline:
-                    raise ProbeError(f"ftp-range: timed out after {nbytes} bytes")
-                data = conn.recv(min(CHUNK, size - nbytes))
+                    raise ProbeError(f"ftp-range: timed out after {reading.nbytes} bytes")
+                data = conn.recv(min(CHUNK, want))
                 if not data:
                     server_ended = True
                     break
-                t_last = time.perf_counter()
-                if t_first is None:
-                    t_first, first_chunk = t_last, len(data)
-                nbytes += len(data)
+                reading.add(len(data), time.perf_counter())
         finally:
             reset_close(conn)
-        result = _finish("ftp-range", nbytes, first_chunk, t0, t_first, t_last)
+        nbytes = reading.nbytes
+        result = reading.result("ftp-range", t0)
         # Closing the session gets a few seconds beyond the probe's own budget:
         # the measurement is already taken, and a slow goodbye is not a failure.
         end_by = max(deadline, time.monotonic() + min(5.0, timeout_s))
@@ -140,12 +221,14 @@ def _final_reply(ftp: ftplib.FTP, deadline: float) -> str:
 
 
 def http_ranged_read(
-    url: str, size: int, *, offset: int = 0, timeout_s: float = 10.0, verify: bool = True
+    url: str, size: int, *, offset: int = 0, timeout_s: float = 10.0, verify: bool = True,
+    max_size: int = 0,
 ) -> ThroughputResult:
     """GET with ``Range`` of ``size`` bytes at ``offset``; a server without range
-    support (200) is read for ``size`` bytes only."""
+    support (200) is read for ``size`` bytes only. ``max_size``: as for FTP (the
+    range asked is then up to ``max_size``, and the read may stop before its end)."""
     headers = {
-        "Range": f"bytes={offset}-{offset + size - 1}",
+        "Range": f"bytes={offset}-{offset + max(size, max_size) - 1}",
         "User-Agent": "pftp-coordinator-probe",
     }
     deadline = time.monotonic() + timeout_s
@@ -155,31 +238,26 @@ def http_ranged_read(
             with client.stream("GET", url, headers=headers) as resp:
                 if resp.status_code not in (200, 206):
                     raise ProbeError(f"http-range {url}: HTTP {resp.status_code}")
-                nbytes = first_chunk = 0
-                t_first: float | None = None
-                t_last = t0
+                # the request's round trip (on a new connection, after its handshake)
+                rtt = time.perf_counter() - t0 if resp.status_code == 206 else None
+                reading = _Reading(size, max_size if rtt else size, rtt)
                 for data in resp.iter_raw(CHUNK):
                     if time.monotonic() > deadline:
-                        raise ProbeError(f"http-range: timed out after {nbytes} bytes")
-                    t_last = time.perf_counter()
-                    if t_first is None:
-                        t_first, first_chunk = t_last, len(data)
-                    nbytes += len(data)
-                    if nbytes >= size:
+                        raise ProbeError(f"http-range: timed out after {reading.nbytes} bytes")
+                    reading.add(min(len(data), reading.want()), time.perf_counter())
+                    if not reading.want():
                         break
-        return _finish(
-            "http-range", min(nbytes, size) if nbytes else 0, first_chunk, t0, t_first, t_last
-        )
+        return reading.result("http-range", t0)
     except (TimeoutError, httpx.HTTPError, OSError) as exc:
         raise ProbeError(f"http-range {url}: {exc}") from exc
 
 
 def ranged_read(
-    url: str, size: int, *, offset: int = 0, timeout_s: float = 10.0
+    url: str, size: int, *, offset: int = 0, timeout_s: float = 10.0, max_size: int = 0
 ) -> ThroughputResult:
     scheme = urlsplit(url).scheme
     if scheme == "ftp":
-        return ftp_ranged_read(url, size, offset=offset, timeout_s=timeout_s)
+        return ftp_ranged_read(url, size, offset=offset, timeout_s=timeout_s, max_size=max_size)
     if scheme in ("http", "https"):
-        return http_ranged_read(url, size, offset=offset, timeout_s=timeout_s)
+        return http_ranged_read(url, size, offset=offset, timeout_s=timeout_s, max_size=max_size)
     raise ProbeError(f"unsupported protocol {scheme!r} in {url!r}")
