@@ -37,7 +37,12 @@ def test_piecewise_bound_over_an_event() -> None:
 
 def test_every_scenario_has_a_finite_bound_and_a_sane_file() -> None:
     names = [s.name for s in SCENARIOS]
-    assert len(names) == len(set(names)) == 7
+    assert len(names) == len(set(names)) == 9
+    # the long-path scenarios have their delay lines (and the lossy one its loss)
+    wide = next(s for s in SCENARIOS if s.name == "wide-area")
+    assert sorted(m.rtt_ms for m in wide.mirrors) == [20, 40, 80, 160]
+    lossy = next(s for s in SCENARIOS if s.name == "lossy-path")
+    assert [m.loss for m in lossy.mirrors].count(0.01) == 1
     for s in SCENARIOS:
         for quick in (True, False):
             size = s.file_bytes(quick)
