@@ -17,7 +17,7 @@ from pftp_lab import Lab, MirrorSpec, make_file
 pytestmark = pytest.mark.lab
 
 MBIT = 1_000_000
-SIZE = 12 * 1024 * 1024 + 4321
+SIZE = 24 * 1024 * 1024 + 4321
 
 
 def test_far_fast_lossy_and_near_slow_mirrors_all_serve_an_exact_file(tmp_path: Path) -> None:
@@ -54,3 +54,8 @@ def test_far_fast_lossy_and_near_slow_mirrors_all_serve_an_exact_file(tmp_path: 
     assert far["bytes"] > near["bytes"]
     assert not [e for e in summary["events"] if e["kind"] == "slow" and e["mirror"] == far["name"]]
     assert summary["duplicate_bytes"] <= 0.01 * SIZE
+    # what the report tells the coordinator: the far mirror's rate while running, not
+    # bytes over seconds, which count every range's round trips and slow start
+    print({m["name"]: (m["steady_bps"], m["rate_bps"]) for m in summary["mirrors"]})
+    assert far["steady_bps"] is not None and far["steady_bps"] > far["rate_bps"]
+    assert 0.5 * 40 * MBIT < far["steady_bps"] < 1.1 * 40 * MBIT

@@ -786,7 +786,9 @@ def _report(coordinator: str, summary: DownloadSummary, say: Callable[[str], Non
                 url=m.url,
                 bytes=m.bytes,
                 seconds=m.seconds,
-                throughput_bps=m.rate_bps,
+                # (the steady rate: bytes / seconds also counts every range's
+                # request and slow start, which made far mirrors look slow)
+                throughput_bps=m.steady_bps if m.steady_bps is not None else m.rate_bps,
                 failures=m.failures,
                 slow=m.slow,
                 congested=m.congested,

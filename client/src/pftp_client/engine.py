@@ -205,6 +205,9 @@ class Flow:
     # The rate before the lane in progress, and until when it stands in (see warm_up).
     warm_rate: float | None = None
     warm_until: float = -1e9
+    # The flow's rate over each monitoring interval that one lane spent wholly past
+    # its warm-up (MirrorStats.steady_bps).
+    rate_samples: deque[float] = field(default_factory=lambda: deque(maxlen=3600))
 
     def rate_estimate(self, now: float) -> float | None:
         r = self.rate.rate(now)
@@ -409,6 +412,9 @@ class DownloadEngine:
                 f = by_name.get(st.name)
                 if f is not None and f.fetch_started is not None and f.stats is st:
                     copy.seconds += now - f.fetch_started
+                if f is not None and f.rate_samples:
+                    # the mean: a lossy path's stalls are part of its rate
+                    copy.steady_bps = 8 * sum(f.rate_samples) / len(f.rate_samples)
                 if self._finished and copy.state not in _FINAL_STATES:
                     copy.state = "done"
                 out.append(copy)
@@ -1602,6 +1608,7 @@ class DownloadEngine:
     def _monitor(self) -> None:
         """Slow-Server-Algo every monitoring interval (paper 001, lines 25-38)."""
         prev: dict[str, tuple[int, int, int]] = {}  # flow -> (lane id, bytes, remaining)
+        ticks: dict[str, tuple[int, int, float]] = {}  # flow -> (lane id, received, clock)
         strikes: dict[str, int] = {}
         while True:
             with self._lock:
@@ -1646,6 +1653,12 @@ class DownloadEngine:
                         continue
                     if lane.first_byte is None:
                         continue  # still connecting: not slow, just not started
+                    last = ticks.get(f.id)
+                    ticks[f.id] = (lane.id, f.stats.received, now)
+                    if last is not None and last[0] == lane.id and last[2] >= f.warm_until:
+                        # (one lane over the whole interval, its request and slow start
+                        # behind it: the meter's window would still hold them)
+                        f.rate_samples.append((f.stats.received - last[1]) / (now - last[2]))
                     current[f.id] = (lane.id, f.stats.bytes, lane.owned_end - lane.reserved)
                     before = prev.get(f.id)
                     if before is not None and before[0] == lane.id:
