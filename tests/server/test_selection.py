@@ -138,3 +138,22 @@ def test_balanced_mode_is_reproducible_with_the_same_rng():
     )
     assert keys(a.selected) == keys(b.selected) and keys(a.backups) == keys(b.backups)
     assert len(a.selected) == 3
+
+
+def test_of_the_mirrors_that_fill_a_slow_link_alone_the_nearest_is_taken():
+    """8 Mbit/s client: the top-ranked 30 Mbit/s mirror 120 ms away and a 10 Mbit/s
+    one 30 ms away both fill the link; only the near one's data comes ~1 s sooner."""
+    rs = ranked(30e6, 20e6, 10e6, 5e6)
+    delays = {1: 1.0, 2: 0.6, 3: 0.2, 4: 0.05}
+    sel = select_mirrors(rs, access_bandwidth_bps=8e6, max_mirrors=8, backup_count=2,
+                         start_delay_s=delays)
+    assert keys(sel.selected) == [3]  # 4 is nearer still, but cannot fill the link
+    assert keys(sel.backups) == [1, 2]
+    # without delays (or all equal) the rank decides, as before
+    assert keys(select_mirrors(rs, access_bandwidth_bps=8e6, max_mirrors=8, backup_count=0
+                               ).selected) == [1]
+    assert keys(select_mirrors(rs, access_bandwidth_bps=8e6, max_mirrors=8, backup_count=0,
+                               start_delay_s=dict.fromkeys(delays, 0.1)).selected) == [1]
+    # a link no single mirror fills: rank order, several mirrors
+    assert keys(select_mirrors(rs, access_bandwidth_bps=45e6, max_mirrors=8, backup_count=0,
+                               start_delay_s=delays).selected) == [1, 2]

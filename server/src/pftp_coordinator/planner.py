@@ -10,6 +10,7 @@ passed in.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 import uuid
@@ -176,6 +177,13 @@ def _plan(
         raise NoUsableMirror(f"no usable mirror for {request.file!r}: {reason}")
 
     ranked = cand.ranked
+    table = ranking_table(snapshot, settings, now=now)
+    # (slow start ramps to what the client can take: a mirror's rate capped at the link)
+    cap = request.access_bandwidth_bps or math.inf
+    delays = {
+        r.key: start_delay_s(min(r.expected_bps or 0.0, cap), table.rtt_s[table.row_of[r.key]])
+        for r in ranked.ranks if r.key in table.row_of
+    }
     sel = select_mirrors(
         ranked.ranks,
         access_bandwidth_bps=request.access_bandwidth_bps,
@@ -184,6 +192,7 @@ def _plan(
         balanced=request_rate_rps > settings.balanced_threshold_rps,
         rng=rng,
         congested_pairs=snapshot.congested_pairs,
+        start_delay_s=delays,
     )
 
     chosen = sel.selected
@@ -192,10 +201,8 @@ def _plan(
     # mirror starts later (set-up round trips, slow start): its portion is smaller
     # by what it cannot carry meanwhile (finish_together_weights).
     if all(r.expected_bps for r in chosen):
-        table = ranking_table(snapshot, settings, now=now)
         rates = [float(r.expected_bps or 0.0) for r in chosen]
-        starts = [start_delay_s(rate, table.rtt_s[table.row_of[r.key]])
-                  if r.key in table.row_of else 0.0 for r, rate in zip(chosen, rates, strict=True)]
+        starts = [delays.get(r.key, 0.0) for r in chosen]
         weights = finish_together_weights(f.size, rates, starts)
     else:
         weights = [r.suitability for r in chosen]

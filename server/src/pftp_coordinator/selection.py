@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from pftp_coordinator.ranking import MirrorRank
@@ -78,11 +78,16 @@ def select_mirrors(
     balanced: bool = False,
     rng: random.Random | None = None,
     congested_pairs: Collection[frozenset[int]] = (),
+    start_delay_s: Mapping[int, float] | None = None,
 ) -> Selection:
     """Choose the mirrors to download from and the backups.
 
     ``ranked`` is best first (rank_mirrors' output). Raises ValueError on nonsense
     bounds; an empty ``ranked`` gives an empty selection (the caller reports why).
+    ``start_delay_s`` (mirror key -> seconds before its first byte, from its RTT):
+    when one mirror covers the access link, a faster one cannot make the download
+    faster, but a nearer one starts sooner: of the mirrors that cover it alone, the
+    one that starts first is taken (the best ranked among equals).
     """
     if max_mirrors < 1:
         raise ValueError("max_mirrors must be at least 1")
@@ -99,6 +104,12 @@ def select_mirrors(
         order = list(ranked)
     rates = assumed_rates(ranked)
 
+    if (start_delay_s and not balanced and access_bandwidth_bps is not None
+            and rates[order[0].key] >= ACCESS_COVERED_SHARE * access_bandwidth_bps):
+        covering = [r for r in order
+                    if rates[r.key] >= ACCESS_COVERED_SHARE * access_bandwidth_bps]
+        nearest = min(covering, key=lambda r: start_delay_s.get(r.key, 0.0))  # (stable)
+        order = [nearest, *(r for r in order if r is not nearest)]
     selected: list[MirrorRank] = []
     skipped: list[MirrorRank] = []
     covered = 0.0
