@@ -1180,7 +1180,10 @@ class DownloadEngine:
 
     def _switch_cost(self, flow: Flow, rate: float | None) -> float:
         """Seconds of this flow's rate a new range costs it: the switch (wind-down
-        and request latency) and the new data connection's slow start."""
+        and request latency) and the new data connection's slow start. (Also over
+        HTTP, where the connection stays: the sender's window restarts after an idle
+        spell longer than its RTO, and leaving the term out there measured worse:
+        7.12-7.27 s against 6.82-6.91 s on the wide-area paths.)"""
         switch = flow.switch_s if flow.switch_s is not None else flow.latency_s
         if switch is None:
             switch = self.cfg.default_latency_s
