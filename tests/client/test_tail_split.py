@@ -175,3 +175,25 @@ def test_a_fresh_lane_reads_at_least_the_flows_rate_before_while_it_warms_up():
         flow.rate.add(50_000, t)  # 1 MB/s: this mirror did slow down
     assert flow.rate_estimate(t) == pytest.approx(flow.rate.rate(t))
     assert flow.rate_estimate(t) < 1_500_000
+
+
+def test_work_given_up_is_shared_by_rate_not_taken_whole():
+    """A slow mirror's remainder (14 MB) in the pool; the first flow free (1.25 MB/s)
+    takes what it would fetch by the time all the work left is done, shared by rate;
+    the others take the rest when their own work runs out."""
+    from pftp_client.tail import pool_share
+
+    grid = PieceGrid(100 * MIB, 16 * KIB)
+    pool = (3 * MIB, 17 * MIB)
+    others = [(5 * MIB, 2_500_000.0), (8 * MIB, 3_750_000.0)]  # both ~2 s from done
+    split = pool_share(pool, 14 * MIB, 1_250_000.0, others, grid)
+    assert split is not None and split % (16 * KIB) == 0
+    work = 14 * MIB + 13 * MIB
+    finish = work / (1_250_000 + 2_500_000 + 3_750_000)  # ~3.8 s for everyone
+    assert split - pool[0] == pytest.approx(1_250_000 * finish, abs=16 * KIB)
+    # an unmeasured rate (a backup that just started): the range whole, as before
+    assert pool_share(pool, 14 * MIB, None, others, grid) is None
+    assert pool_share(pool, 14 * MIB, 1_250_000.0, [(5 * MIB, None)], grid) is None
+    # alone, or nearly all of it: whole, no sliver left behind
+    assert pool_share(pool, 14 * MIB, 1_250_000.0, [], grid) is None
+    assert pool_share((0, 2 * MIB), 2 * MIB, 5_000_000.0, [(MIB, 100_000.0)], grid) is None

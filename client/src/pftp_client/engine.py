@@ -50,7 +50,14 @@ from pftp_client.ranges import MAX_ROUNDS, ROUND_BLOCK_BYTES, RangeOwners, Range
 from pftp_client.rate import RateMeter
 from pftp_client.slow_server import FlowProgress, find_slow_flows, reduced_portion
 from pftp_client.summary import EventKind, MirrorEvent, MirrorStats
-from pftp_client.tail import Duplicate, LaneView, Steal, plan_tail_move, slow_start_s
+from pftp_client.tail import (
+    Duplicate,
+    LaneView,
+    Steal,
+    plan_tail_move,
+    pool_share,
+    slow_start_s,
+)
 from pftp_client.transports.base import (
     Cancelled,
     PermanentError,
@@ -1115,7 +1122,7 @@ class DownloadEngine:
                             return None
                         self._lock.wait(0.01 if self._lead_phase == "probing" else 0.25)
                         continue
-                rng = flow.initial.pop_first() or self.pool.pop_first() or self._take_unstarted()
+                rng = flow.initial.pop_first() or self._pool_share(flow) or self._take_unstarted()
                 if rng is not None:
                     return self._new_lane(flow, "normal", *rng)
                 move = self._plan_tail(flow)
@@ -1141,6 +1148,33 @@ class DownloadEngine:
                 if self._check_stuck():
                     return None
                 self._lock.wait(0.25)
+
+    def _pool_share(self, flow: Flow) -> tuple[int, int] | None:
+        """The pool's first range, or its start when a share of it is this flow's
+        (tail.pool_share); the rest stays for the next flow that runs out of work."""
+        first = self.pool.first()
+        if first is None:
+            return None
+        now = self._clock()
+        others: list[tuple[int, float | None]] = []
+        for f in self.flows.values():
+            if f is flow or not f.alive or f.cancel.is_set() or f.parked or f.standby:
+                continue
+            lane = f.lane
+            left = f.initial.total() + (
+                lane.owned_end - lane.reserved if lane is not None and lane.kind == "normal"
+                else 0
+            )
+            if left > 0:
+                others.append((left, f.rate_estimate(now)))
+        # (its own rate measured, not the coordinator's guess: a backup that just
+        # started takes the range whole, as before)
+        split = pool_share(first, self.pool.total(), flow.rate.rate(now), others,
+                           self.split_grid)
+        if split is None:
+            return self.pool.pop_first()
+        self.pool.remove(first[0], split)
+        return first[0], split
 
     def _take_unstarted(self) -> tuple[int, int] | None:
         """The largest range still queued for another flow that has not reached it."""
