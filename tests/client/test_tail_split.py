@@ -112,7 +112,7 @@ def test_steal_never_splits_below_what_the_server_is_already_sending():
 
 
 def test_slow_start_costs_round_trips_only_on_long_fat_paths():
-    from pftp_client.tail import INITIAL_WINDOW_BYTES, slow_start_s
+    from pftp_wire.tcp_model import INITIAL_WINDOW_BYTES, slow_start_s
 
     assert slow_start_s(5_000_000.0, 0.0002) == 0.0  # a LAN: the first window is enough
     assert slow_start_s(None, 0.08) == 0.0 and slow_start_s(5_000_000.0, None) == 0.0

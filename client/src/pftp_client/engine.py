@@ -40,6 +40,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pftp_wire.tcp_model import slow_start_s
+
 from pftp_client.flow_observer import DetectorFactory, FlowObserver, FlowTimings
 from pftp_client.integrity import sha256_of_buffer, sha256_of_range
 from pftp_client.lead import LeadSettings, judge_start, judge_steady, pays_off
@@ -56,7 +58,6 @@ from pftp_client.tail import (
     Steal,
     plan_tail_move,
     pool_share,
-    slow_start_s,
 )
 from pftp_client.transports.base import (
     Cancelled,
@@ -212,9 +213,10 @@ class Flow:
     # The rate before the lane in progress, and until when it stands in (see warm_up).
     warm_rate: float | None = None
     warm_until: float = -1e9
-    # The flow's rate over each monitoring interval that one lane spent wholly past
+    # Bytes and seconds of the monitoring intervals that one lane spent wholly past
     # its warm-up (MirrorStats.steady_bps).
-    rate_samples: deque[float] = field(default_factory=lambda: deque(maxlen=3600))
+    steady_bytes: int = 0
+    steady_s: float = 0.0
 
     def rate_estimate(self, now: float) -> float | None:
         r = self.rate.rate(now)
@@ -419,9 +421,9 @@ class DownloadEngine:
                 f = by_name.get(st.name)
                 if f is not None and f.fetch_started is not None and f.stats is st:
                     copy.seconds += now - f.fetch_started
-                if f is not None and f.rate_samples:
-                    # the mean: a lossy path's stalls are part of its rate
-                    copy.steady_bps = 8 * sum(f.rate_samples) / len(f.rate_samples)
+                if f is not None and f.steady_s > 0:
+                    # (over whole intervals: a lossy path's stalls are part of its rate)
+                    copy.steady_bps = 8 * f.steady_bytes / f.steady_s
                 if self._finished and copy.state not in _FINAL_STATES:
                     copy.state = "done"
                 out.append(copy)
@@ -1695,7 +1697,8 @@ class DownloadEngine:
                     if last is not None and last[0] == lane.id and last[2] >= f.warm_until:
                         # (one lane over the whole interval, its request and slow start
                         # behind it: the meter's window would still hold them)
-                        f.rate_samples.append((f.stats.received - last[1]) / (now - last[2]))
+                        f.steady_bytes += f.stats.received - last[1]
+                        f.steady_s += now - last[2]
                     current[f.id] = (lane.id, f.stats.bytes, lane.owned_end - lane.reserved)
                     before = prev.get(f.id)
                     if before is not None and before[0] == lane.id:

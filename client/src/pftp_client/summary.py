@@ -33,9 +33,9 @@ class MirrorStats:
     bytes: int = 0  # bytes written into the file (useful bytes)
     received: int = 0  # bytes received, including discarded duplicates
     seconds: float = 0.0  # time spent fetching
-    # bits/s while a range runs, past its request and slow start: the mean of the
-    # flow's rate over the monitoring intervals (1 s) that one range spent wholly past
-    # its warm-up (engine); None without one. What the report tells the coordinator
+    # bits/s while a range runs, past its request and slow start: the flow's rate over
+    # the monitoring intervals (1 s) that one range spent wholly past its warm-up
+    # (engine); None without one. What the report tells the coordinator
     # (bytes / seconds also counts each range's set-up).
     steady_bps: float | None = None
     failures: int = 0

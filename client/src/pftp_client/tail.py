@@ -35,25 +35,6 @@ MIN_GAIN = 0.95
 DUPLICATE_ADVANTAGE = 0.5
 
 
-# Linux's initial congestion window (RFC 6928: 10 segments of a 1448-byte MSS).
-INITIAL_WINDOW_BYTES = 10 * 1448
-
-
-def slow_start_s(rate: float | None, rtt_s: float | None) -> float:
-    """Time a new connection loses to slow start before it carries ``rate``
-    (bytes/s) over a path of ``rtt_s``: its window doubles each round trip from
-    the initial window, n = log2(rate x RTT / IW) round trips, and carries about
-    one bandwidth-delay product in them, so it loses n - 1 round trips. Every
-    FTP range is a new data connection: ~0.3 s at 40 Mbit/s and 80 ms, nothing on
-    a LAN."""
-    if not rate or not rtt_s or rate <= 0 or rtt_s <= 0:
-        return 0.0
-    windows = rate * rtt_s / INITIAL_WINDOW_BYTES
-    if windows <= 2:
-        return 0.0
-    return rtt_s * (math.log2(windows) - 1)
-
-
 @dataclass(frozen=True)
 class LaneView:
     lane_id: int

@@ -180,10 +180,15 @@ def _plan(
     table = ranking_table(snapshot, settings, now=now)
     # (slow start ramps to what the client can take: a mirror's rate capped at the link)
     cap = request.access_bandwidth_bps or math.inf
-    delays = {
-        r.key: start_delay_s(min(r.expected_bps or 0.0, cap), table.rtt_s[table.row_of[r.key]])
-        for r in ranked.ranks if r.key in table.row_of
-    }
+
+    def starts(ranks: Sequence[MirrorRank]) -> dict[int, float]:
+        return {
+            r.key: start_delay_s(min(r.expected_bps or 0.0, cap), table.rtt_s[table.row_of[r.key]])
+            for r in ranks if r.key in table.row_of
+        }
+
+    # (selection uses them only when the access bandwidth is known: then for all)
+    delays = starts(ranked.ranks) if request.access_bandwidth_bps else {}
     sel = select_mirrors(
         ranked.ranks,
         access_bandwidth_bps=request.access_bandwidth_bps,
@@ -202,8 +207,11 @@ def _plan(
     # by what it cannot carry meanwhile (finish_together_weights).
     if all(r.expected_bps for r in chosen):
         rates = [float(r.expected_bps or 0.0) for r in chosen]
-        starts = [delays.get(r.key, 0.0) for r in chosen]
-        weights = finish_together_weights(f.size, rates, starts)
+        if not delays:
+            delays = starts(chosen)
+        weights = finish_together_weights(
+            f.size, rates, [delays.get(r.key, 0.0) for r in chosen]
+        )
     else:
         weights = [r.suitability for r in chosen]
     portions = split_portions(
@@ -215,7 +223,7 @@ def _plan(
     dropped: list[MirrorRank] = [r for i, r in enumerate(chosen) if i not in kept]
     backups = (dropped + sel.backups)[: settings.backup_count]
 
-    usable = _usable_mirrors(snapshot, ranking_table(snapshot, settings, now=now))
+    usable = _usable_mirrors(snapshot, table)
     where = cand.where
 
     def entry(r: MirrorRank) -> dict:

@@ -21,24 +21,21 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pftp_wire.tcp_model import slow_start_s
+
 # Round trips from a client's first packet to a mirror until that mirror's first
 # byte of data over FTP: connect, greeting, USER+PASS, TYPE+SIZE+EPSV, then
 # REST+RETR with the data connection's handshake (2). Measured in the lab with
 # delay lines: 6 round trips apart between mirrors 20 and 80 ms away.
 SETUP_ROUND_TRIPS = 6
-INITIAL_WINDOW_BYTES = 10 * 1448  # Linux's initial congestion window (RFC 6928)
 
 
 def start_delay_s(rate_bps: float, rtt_s: float | None) -> float:
     """Seconds a mirror at ``rtt_s`` starts behind one next door: its set-up round
-    trips, then slow start (log2(rate x RTT / IW) - 1 round trips lost)."""
+    trips, then slow start (pftp_wire.tcp_model, which the client's steals use too)."""
     if not rtt_s or rtt_s <= 0:
         return 0.0
-    ramp = 0.0
-    windows = rate_bps / 8 * rtt_s / INITIAL_WINDOW_BYTES
-    if windows > 2:
-        ramp = rtt_s * (math.log2(windows) - 1)
-    return SETUP_ROUND_TRIPS * rtt_s + ramp
+    return SETUP_ROUND_TRIPS * rtt_s + slow_start_s(rate_bps / 8, rtt_s)
 
 
 def finish_together_weights(

@@ -60,11 +60,14 @@ def data_phase_bps(nbytes: int, first_chunk: int, t_first: float, t_last: float)
 GROWING = 1.25
 
 
-def _rate_since(samples: Sequence[tuple[float, int]], window_s: float) -> float | None:
-    """bits/s over the last ``window_s`` of ``samples`` [(time, bytes so far)];
-    None when they span less than that."""
-    t_end, b_end = samples[-1]
-    i = bisect.bisect_right(samples, (t_end - window_s, math.inf)) - 1
+def _rate_since(
+    samples: Sequence[tuple[float, int]], window_s: float, last: int = -1
+) -> float | None:
+    """bits/s over the ``window_s`` of ``samples`` [(time, bytes so far)] that end at
+    index ``last``; None when they span less than that."""
+    last %= len(samples)
+    t_end, b_end = samples[last]
+    i = bisect.bisect_right(samples, (t_end - window_s, math.inf), 0, last + 1) - 1
     if i < 0 or t_end - samples[i][0] <= 0:
         return None
     t, b = samples[i]
@@ -97,7 +100,7 @@ def still_growing(samples: Sequence[tuple[float, int]], rtt_s: float | None) -> 
         return True  # not two windows yet: too early to call it steady
     last = _rate_since(samples, window)
     j = bisect.bisect_right(samples, (t_end - window, math.inf)) - 1
-    before = _rate_since(samples[: j + 1], window) if j >= 1 else None
+    before = _rate_since(samples, window, j) if j >= 1 else None  # (no copy: per read)
     if last is None or not before:
         return False
     return last > GROWING * before
