@@ -59,3 +59,40 @@ def test_far_fast_lossy_and_near_slow_mirrors_all_serve_an_exact_file(tmp_path: 
     print({m["name"]: (m["steady_bps"], m["rate_bps"]) for m in summary["mirrors"]})
     assert far["steady_bps"] is not None and far["steady_bps"] > far["rate_bps"]
     assert 0.5 * 40 * MBIT < far["steady_bps"] < 1.1 * 40 * MBIT
+
+
+def test_a_far_mirror_begins_its_next_range_before_the_last_one_ends(tmp_path: Path) -> None:
+    """Dynamic mode, a near slow and a far fast mirror: the even start gives each half
+    the file, so the far one runs out first and takes over part of the near one's
+    half. On a 60 ms path it begins that transfer on its second connection while
+    the first range still runs (FtpFetcher.start_next): the JSON summary counts it,
+    and the file is exact."""
+    size = 16 * 1024 * 1024 + 99
+    src = tmp_path / "data.bin"
+    digest = make_file(src, size, seed=22)
+    specs = [
+        MirrorSpec(rate_bps=5 * MBIT, rtt_ms=10, name="near"),
+        MirrorSpec(rate_bps=40 * MBIT, rtt_ms=60, kind="pure-ftpd", name="far"),
+    ]
+    with Lab(specs, files={"data.bin": src}) as lab:
+        out = tmp_path / "out" / "data.bin"
+        out.parent.mkdir()
+        out.parent.chmod(0o777)
+        argv = [sys.executable, "-m", "pftp_client.cli", "get"]
+        for m in lab.mirrors:
+            argv += ["--mirror", m.ftp_url("data.bin")]
+        argv += ["--no-discovery", "--sha256", digest, "-o", str(out), "--quiet", "--json"]
+        env = {**os.environ, "PFTP_ACCESS_BANDWIDTH": "1G", "XDG_CACHE_HOME": str(out.parent)}
+        proc = lab.popen_in("client", argv, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-2000:]
+    summary = json.loads(stdout)
+    assert summary["sha256_verified"] and out.stat().st_size == size
+    by_url = {m["url"]: m for m in summary["mirrors"]}
+    _near, far = (by_url[m.ftp_url("data.bin")] for m in lab.mirrors)
+    print({m["name"]: (m["bytes"], m["ranges"], m["ranges_ahead"]) for m in summary["mirrors"]},
+          summary["seconds"], [(e["kind"], e["mirror"], e["detail"]) for e in summary["events"]])
+    assert far["ranges"] >= 2 and far["ranges_ahead"] >= 1
+    assert far["bytes"] > size // 2  # it took over part of the near one's half
+    assert summary["duplicate_bytes"] <= 0.01 * size

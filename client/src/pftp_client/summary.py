@@ -39,6 +39,10 @@ class MirrorStats:
     # (bytes / seconds also counts each range's set-up).
     steady_bps: float | None = None
     failures: int = 0
+    ranges: int = 0  # range requests (lanes) this mirror served
+    # of those, how many began on a second connection before the one before ended
+    # (far paths: FtpFetcher.start_next), their slow start hidden behind it
+    ranges_ahead: int = 0
     events: list[str] = field(default_factory=list)
     # mirrors this one was found to share a congested link with (issue 6)
     congested_with: list[str] = field(default_factory=list)

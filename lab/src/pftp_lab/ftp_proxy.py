@@ -128,6 +128,10 @@ class FtpDelayProxy:
         self.port = 0
         self.lines: list[tuple[str, str]] = []
         self.data_connections = 0
+        self.control_connections = 0  # accepted so far
+        self.open_controls = 0  # relayed right now (until either side closes)
+        # (connection number, "C" or "S", line) in order: which session said what
+        self.session_lines: list[tuple[int, str, str]] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="ftp-proxy", daemon=True
@@ -188,11 +192,29 @@ class FtpDelayProxy:
     async def _control_client(
         self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter
     ) -> None:
-        await self._relay(
-            c_reader, c_writer, self.upstream,
-            lambda src, out: self._pump_lines(src, out, self._on_command),
-            lambda src, out: self._pump_lines(src, out, self._on_reply),
-        )
+        self.control_connections += 1
+        self.open_controls += 1
+        session = self.control_connections
+
+        async def command(line: bytes) -> bytes:
+            out = await self._on_command(line)
+            self.session_lines.append((session, "C", self.lines[-1][1]))
+            return out
+
+        async def reply(line: bytes) -> bytes:
+            self.session_lines.append(
+                (session, "S", line.decode("utf-8", "replace").rstrip("\r\n"))
+            )
+            return await self._on_reply(line)
+
+        try:
+            await self._relay(
+                c_reader, c_writer, self.upstream,
+                lambda src, out: self._pump_lines(src, out, command),
+                lambda src, out: self._pump_lines(src, out, reply),
+            )
+        finally:
+            self.open_controls -= 1
 
     async def _relay(
         self,
