@@ -1288,7 +1288,9 @@ class DownloadEngine:
         path_rtt = getattr(fetcher, "path_rtt", None)
         rtt = path_rtt() if path_rtt is not None else None
         rate = flow.rate_estimate(now)
-        if rtt is None or rtt < self.cfg.spare_min_rtt_s or not rate:
+        # (while the flows fill the access link, the others take up what one flow
+        # leaves idle in a switch: a second transfer would only queue there)
+        if rtt is None or rtt < self.cfg.spare_min_rtt_s or not rate or self.access_saturated():
             flow.overlap_bytes = 0
             return
         # (the next transfer's first byte comes a round trip after its request,
