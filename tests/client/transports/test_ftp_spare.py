@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from pftp_client.transports import ftp as ftp_module
-from pftp_client.transports.base import RangeEnd
+from pftp_client.transports.base import RangeEnd, RangeNotHonoured
 from pftp_client.transports.ftp import FtpFetcher
 from pftp_lab.ftp_proxy import FtpDelayProxy
 
@@ -237,3 +237,43 @@ def test_a_data_connection_closed_before_its_transfer_is_not_used() -> None:
     finally:
         ctrl.close()
         _peer.close()
+
+
+def test_the_spare_checks_rest_for_a_flow_that_only_read_from_zero(ftp_server, relay) -> None:
+    """A flow whose ranges all started at byte 0 never needed REST; its spare checks it
+    (REST size-1 must give one byte) while it gets ready, so the next range at an offset
+    can begin ahead."""
+    data = payload(SIZE, seed=37)
+    ftp_server.put("f.bin", data)
+    _proxy, base = relay(ftp_server, one_way_delay=0.005)
+    with fetcher(base + "f.bin") as f:
+        assert fetch(f, 0, 300_000) == data[:300_000]
+        assert f.rest_honoured is None
+        f.keep_spare()
+        wait_for(spare_ready(f))
+        assert f.rest_honoured is True and f.can_start_next()
+        assert f.start_next(1_000_000)
+        assert fetch(f, 1_000_000, 1_100_000) == data[1_000_000:1_100_000]
+        assert f.overlapped == 1
+
+
+def test_a_spare_that_finds_rest_ignored_turns_the_fetcher_away(start_pyftpd, relay) -> None:
+    from pyftpdlib.handlers import FTPHandler
+
+    class IgnoresRest(FTPHandler):
+        """Says 350 but never moves the start: the quirk that corrupts files."""
+
+        def ftp_REST(self, line: str) -> None:
+            self.respond(f"350 Restarting at position {line}.")
+
+    server = start_pyftpd(handler=IgnoresRest)
+    data = payload(SIZE, seed=38)
+    server.put("f.bin", data)
+    _proxy, base = relay(server, one_way_delay=0.005)
+    with fetcher(base + "f.bin") as f:
+        assert fetch(f, 0, 100_000) == data[:100_000]
+        f.keep_spare()
+        wait_for(lambda: f._spare_off and not f._spares_coming)
+        assert f.rest_honoured is False and not f.can_start_next()
+        with pytest.raises(RangeNotHonoured):
+            fetch(f, 500_000, 600_000)

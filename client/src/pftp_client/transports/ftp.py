@@ -1400,6 +1400,8 @@ class FtpFetcher:
         try:
             if ctrl is None:
                 ctrl = self._connect()
+            if self._rest_honoured is None and self.verify_rest:
+                self._check_rest_on(ctrl)
             self._arm(ctrl)
         except (TransferError, _ControlLost, OSError) as exc:
             if ctrl is not None:
@@ -1411,6 +1413,35 @@ class FtpFetcher:
                      "; working on one" if fresh else "")
             return
         self._keep_as_spare(ctrl)
+
+    def _check_rest_on(self, ctrl: _Control) -> None:
+        """``_require_rest``'s check (``REST size-1`` must yield exactly one byte),
+        on the spare while it gets ready: a flow whose ranges so far all started
+        at byte 0 can then begin its next one ahead (``can_start_next``). Only
+        with the size known; otherwise the first fetch at an offset checks."""
+        size = self._size if self._size_known else None
+        if size is None or size < 2:
+            return
+        ctrl, data = self._start_retr(ctrl, size - 1)
+        got = b""
+        try:
+            data.settimeout(self.timeout)
+            while len(got) < 2:
+                chunk = data.recv(2 - len(got))
+                if not chunk:
+                    break
+                got += chunk
+        except OSError as exc:
+            self._abort(ctrl, data)
+            raise TransientError(f"{self._where()}: REST check on the spare: {exc}") from exc
+        if len(got) != 1:  # nothing (try later), or more: the server ignores REST
+            self._abort(ctrl, data)
+            if got:
+                self._rest_honoured = False
+            raise TransientError(f"{self._where()}: REST check on the spare read {len(got)} bytes")
+        data.close()
+        self._finish(ctrl, 1, RangeEnd(1))  # the transfer's 226
+        self._rest_honoured = True
 
     def _arm(self, ctrl: _Control) -> None:
         """Passive port and a connected data connection on an idle control
