@@ -61,7 +61,10 @@ def test_far_fast_lossy_and_near_slow_mirrors_all_serve_an_exact_file(tmp_path: 
     assert 0.5 * 40 * MBIT < far["steady_bps"] < 1.1 * 40 * MBIT
 
 
-def test_a_far_mirror_begins_its_next_range_before_the_last_one_ends(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scheme", ["ftp", "http"])
+def test_a_far_mirror_begins_its_next_range_before_the_last_one_ends(
+    tmp_path: Path, scheme: str
+) -> None:
     """Dynamic mode, a near slow and a far fast mirror: the even start gives each half
     the file, so the far one runs out first and takes over part of the near one's
     half. On a 60 ms path it begins that transfer on its second connection while
@@ -71,16 +74,18 @@ def test_a_far_mirror_begins_its_next_range_before_the_last_one_ends(tmp_path: P
     src = tmp_path / "data.bin"
     digest = make_file(src, size, seed=22)
     specs = [
-        MirrorSpec(rate_bps=5 * MBIT, rtt_ms=10, name="near"),
-        MirrorSpec(rate_bps=40 * MBIT, rtt_ms=60, kind="pure-ftpd", name="far"),
+        MirrorSpec(rate_bps=5 * MBIT, rtt_ms=10, name="near", http=scheme == "http"),
+        MirrorSpec(rate_bps=40 * MBIT, rtt_ms=60, kind="pure-ftpd", name="far",
+                   http=scheme == "http"),
     ]
+    url = {"ftp": "ftp_url", "http": "http_url"}[scheme]
     with Lab(specs, files={"data.bin": src}) as lab:
         out = tmp_path / "out" / "data.bin"
         out.parent.mkdir()
         out.parent.chmod(0o777)
         argv = [sys.executable, "-m", "pftp_client.cli", "get"]
         for m in lab.mirrors:
-            argv += ["--mirror", m.ftp_url("data.bin")]
+            argv += ["--mirror", getattr(m, url)("data.bin")]
         argv += ["--no-discovery", "--sha256", digest, "-o", str(out), "--quiet", "--json"]
         env = {**os.environ, "PFTP_ACCESS_BANDWIDTH": "1G", "XDG_CACHE_HOME": str(out.parent)}
         proc = lab.popen_in("client", argv, env=env, stdout=subprocess.PIPE,
@@ -90,7 +95,7 @@ def test_a_far_mirror_begins_its_next_range_before_the_last_one_ends(tmp_path: P
     summary = json.loads(stdout)
     assert summary["sha256_verified"] and out.stat().st_size == size
     by_url = {m["url"]: m for m in summary["mirrors"]}
-    _near, far = (by_url[m.ftp_url("data.bin")] for m in lab.mirrors)
+    _near, far = (by_url[getattr(m, url)("data.bin")] for m in lab.mirrors)
     print({m["name"]: (m["bytes"], m["ranges"], m["ranges_ahead"]) for m in summary["mirrors"]},
           summary["seconds"], [(e["kind"], e["mirror"], e["detail"]) for e in summary["events"]])
     assert far["ranges"] >= 2 and far["ranges_ahead"] >= 1

@@ -1201,7 +1201,7 @@ class DownloadEngine:
         queued = Lane(next(self._lane_ids), flow, "normal", start, start, end, RangeEnd(end))
         queued.ahead = True
         self.lanes[queued.id] = queued
-        if not fetcher.start_next(start):  # type: ignore[union-attr]
+        if not fetcher.start_next(start, end):  # type: ignore[union-attr]
             self._give_back(queued)
             return
         flow.next_lane = queued

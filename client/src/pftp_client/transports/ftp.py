@@ -1512,16 +1512,17 @@ class FtpFetcher:
             and spare is not None and spare.armed() and not self._closed
         )
 
-    def start_next(self, offset: int, limit: int = HEAD_BUFFER_BYTES) -> bool:
+    def start_next(self, offset: int, end: int | None = None) -> bool:
         """Begin the next range's transfer (from ``offset``) on the spare now,
         while this range still runs; the next ``fetch`` at ``offset`` takes it
         over. Its data connection's slow start then overlaps the end of the
         range before instead of following it (on a far path, ~0.3 s of a
-        40 Mbit/s mirror per range). Up to ``limit`` bytes are read ahead into
-        memory. Returns at once; False when no spare was ready (nothing started).
-        Only from the thread that fetches."""
-        if not self.can_start_next():
+        40 Mbit/s mirror per range). Up to 4 MiB are read ahead into
+        memory (at most to ``end``, when given). Returns at once; False when no
+        spare was ready (nothing started). Only from the thread that fetches."""
+        if not self.can_start_next() or (end is not None and end <= offset):
             return False
+        limit = HEAD_BUFFER_BYTES if end is None else min(HEAD_BUFFER_BYTES, end - offset)
         spare = self._take_spare()
         if spare is None:
             return False

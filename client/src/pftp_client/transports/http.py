@@ -9,7 +9,9 @@ answers 200) and by the total in ``Content-Range``.
 
 from __future__ import annotations
 
+import queue
 import re
+import socket
 import ssl
 import threading
 import time
@@ -29,6 +31,10 @@ from pftp_client.transports.base import (
 )
 
 __all__ = ["HttpFetcher", "parse_content_range", "status_error"]
+
+# A range begun ahead (HttpFetcher.start_next) is read at most this far ahead of
+# the fetch that takes it over; then TCP's flow control holds the server.
+AHEAD_BUFFER_BYTES = 4 * 1024 * 1024
 
 _CONTENT_RANGE_RE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
 # Statuses where trying the same mirror again later may work.
@@ -92,6 +98,10 @@ class HttpFetcher:
         self._validator: str | None = None  # strong ETag or Last-Modified, sent as If-Range
         self._total: int | None = None
         self._closed = False
+        self._sock: socket.socket | None = None  # the last response's, for path_rtt
+        # The next range, begun on a second connection before this one ends.
+        self._next: _NextRange | None = None
+        self.overlapped = 0  # ranges begun ahead and taken over (reports and tests)
 
     # ----------------------------------------------------------- public API
 
@@ -105,13 +115,19 @@ class HttpFetcher:
         last = end.value - 1
         if last < offset:
             return 0
-        headers = {"Range": f"bytes={offset}-{last}"}
-        if self._validator:
-            headers["If-Range"] = self._validator
+        nxt, self._next = self._next, None
+        if nxt is not None:
+            if nxt.offset == offset:
+                self.overlapped += 1
+                return self._take_next(nxt, end, sink, cancel)
+            nxt.stop()  # (the engine went elsewhere: not expected)
         pos = offset
         try:
-            with self._client.stream("GET", self.url, headers=headers) as resp:
+            with self._client.stream(
+                "GET", self.url, headers=self._range_headers(offset, last)
+            ) as resp:
                 self._check_response(resp, offset)
+                self._keep_socket(resp)
                 for chunk in resp.iter_raw():
                     arrival = time.monotonic_ns()
                     if cancel.is_set():
@@ -149,6 +165,92 @@ class HttpFetcher:
             raise PrematureEnd(f"{self.url}: body ended at byte {pos} before {end.value}")
         return pos - offset
 
+    def _range_headers(self, offset: int, last: int) -> dict[str, str]:
+        headers = {"Range": f"bytes={offset}-{last}"}
+        if self._validator:
+            headers["If-Range"] = self._validator
+        return headers
+
+    def _keep_socket(self, resp: httpx.Response) -> None:
+        stream = resp.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if isinstance(sock, socket.socket):
+            self._sock = sock
+
+    def path_rtt(self) -> float | None:
+        """The last response's connection's smoothed RTT in seconds (None without
+        one or a measurement). Thread-safe."""
+        from pftp_client.transports.window import smoothed_rtt
+
+        sock = self._sock
+        if sock is None:
+            return None
+        try:
+            return smoothed_rtt(sock)
+        except (OSError, ValueError):
+            return None
+
+    def keep_spare(self) -> None:
+        """Nothing to prepare: a range begun ahead opens its own connection (the
+        client's pool keeps the one in use for the range that runs)."""
+
+    def can_start_next(self) -> bool:
+        return self._next is None and not self._closed
+
+    def start_next(self, offset: int, end: int) -> bool:
+        """Begin the range [offset, end) on a second connection now, while the
+        current range still runs; the next ``fetch`` at ``offset`` takes it over
+        (see FtpFetcher.start_next). Its response is checked like any other
+        before a byte is delivered. Returns at once. Only from the thread that
+        fetches."""
+        if not self.can_start_next() or end <= offset:
+            return False
+        self._next = _NextRange(self, offset, end)
+        return True
+
+    def _take_next(
+        self, nxt: _NextRange, end: RangeEnd, sink: DataSink, cancel: threading.Event
+    ) -> int:
+        """``fetch`` of a range begun ahead: its reader thread's chunks, in order."""
+        pos = offset = nxt.offset
+        try:
+            while pos < end.value:
+                if cancel.is_set() or self._closed:
+                    raise Cancelled(f"{self.url}: cancelled at byte {pos}")
+                try:
+                    item = nxt.chunks.get(timeout=self.stall_timeout)
+                except queue.Empty:
+                    raise StallError(
+                        f"{self.url}: no data for {self.stall_timeout:g}s at byte {pos}"
+                    ) from None
+                if isinstance(item, BaseException):
+                    if isinstance(item, TransferError):
+                        raise item
+                    raise self._error_at(item, pos, offset) from item
+                if item is None:
+                    break
+                chunk, arrival = item
+                nxt.taken(len(chunk))
+                got = end.deliver(sink, pos, memoryview(chunk), arrival)
+                pos += got
+                if got < len(chunk):
+                    break
+        finally:
+            nxt.stop()
+        if pos < end.value:
+            raise PrematureEnd(f"{self.url}: body ended at byte {pos} before {end.value}")
+        return pos - offset
+
+    def _error_at(self, exc: BaseException, pos: int, offset: int) -> TransferError:
+        """An httpx error met at byte ``pos`` of a range from ``offset``, as ours."""
+        if isinstance(exc, httpx.ReadTimeout):
+            return StallError(f"{self.url}: no data for {self.stall_timeout:g}s at byte {pos}")
+        if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)) and pos > offset:
+            return PrematureEnd(f"{self.url}: connection broke at byte {pos}: {exc}")
+        if isinstance(exc, httpx.HTTPError) and self._closed:
+            return Cancelled(f"{self.url}: fetcher closed during transfer")
+        return TransientError(f"{self.url}: {type(exc).__name__}: {exc}")
+
     def size(self) -> int | None:
         """Content-Length from HEAD (or the total of a one-byte ranged GET when
         HEAD is refused); None when the server does not say."""
@@ -173,6 +275,9 @@ class HttpFetcher:
 
     def close(self) -> None:
         self._closed = True
+        nxt, self._next = self._next, None
+        if nxt is not None:
+            nxt.stop()
         self._client.close()
 
     def __enter__(self) -> HttpFetcher:
@@ -227,3 +332,54 @@ class HttpFetcher:
             self._validator = etag
         elif resp.headers.get("Last-Modified"):
             self._validator = resp.headers["Last-Modified"]
+
+
+class _NextRange:
+    """A range's GET sent ahead on its own connection (HttpFetcher.start_next): a
+    thread checks the response and queues its chunks, at most AHEAD_BUFFER_BYTES
+    ahead of the fetch that takes them; then ``None`` (body complete) or the
+    exception that ended it."""
+
+    def __init__(self, fetcher: HttpFetcher, offset: int, end: int) -> None:
+        self.offset = offset
+        self.chunks: queue.Queue[tuple[bytes, int] | BaseException | None] = queue.Queue()
+        self._room = threading.Semaphore(0)
+        self._queued = 0
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(fetcher, end), name="pftp-http-next", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, fetcher: HttpFetcher, end: int) -> None:
+        headers = fetcher._range_headers(self.offset, end - 1)
+        try:
+            with fetcher._client.stream("GET", fetcher.url, headers=headers) as resp:
+                fetcher._check_response(resp, self.offset)
+                fetcher._keep_socket(resp)  # (this connection carries the flow next)
+                for chunk in resp.iter_raw():
+                    if self._stopped.is_set():
+                        return  # (leaving the block closes the unfinished response)
+                    self.chunks.put((chunk, time.monotonic_ns()))
+                    with self._lock:
+                        self._queued += len(chunk)
+                        full = self._queued >= AHEAD_BUFFER_BYTES
+                    while full and not self._stopped.is_set():
+                        self._room.acquire(timeout=0.25)
+                        with self._lock:
+                            full = self._queued >= AHEAD_BUFFER_BYTES
+            self.chunks.put(None)
+        except BaseException as exc:  # (handed to the fetch, which raises it)
+            self.chunks.put(exc)
+
+    def taken(self, n: int) -> None:
+        with self._lock:
+            self._queued -= n
+        self._room.release()
+
+    def stop(self) -> None:
+        """The fetch is done with it (or it was never taken): the reader closes the
+        response at its next chunk; nobody waits for that."""
+        self._stopped.set()
+        self._room.release()
