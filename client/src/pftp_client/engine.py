@@ -168,11 +168,13 @@ class EngineConfig:
     # on a LAN the round trips it saves are fractions of a millisecond.
     spare_lead_rtts: float = 8.0
     spare_min_rtt_s: float = 0.005
-    # With a spare ready, the next range's transfer begins on it before the
-    # running one ends (FtpFetcher.start_next), by overlap_margin x (a round trip
-    # and the slow start): its slow start overlaps the end of the range before.
+    # On such paths the next range's transfer begins on a second connection
+    # before the running one ends (start_next: FTP on the spare, HTTP a second
+    # GET), by overlap_margin x (a round trip and the slow start): its slow start
+    # overlaps the end of the range before. Tried at most every overlap_retry_s.
     overlap: bool = True
     overlap_margin: float = 1.5
+    overlap_retry_s: float = 0.05
 
 
 LaneKind = Literal["normal", "duplicate", "repair"]
@@ -215,6 +217,7 @@ class Flow:
     # the bytes left in the running lane at which to begin it (0: never).
     next_lane: Lane | None = None
     overlap_bytes: int = 0
+    overlap_tried: float = -1e9  # clock of the last try (nothing to take, no spare)
     rate: RateMeter = field(default_factory=RateMeter)
     latency_s: float | None = None
     # What moving to a new range costs, request latency included: the time from the
@@ -1592,7 +1595,9 @@ class DownloadEngine:
                 and lane.kind == "normal"
                 and lane is flow.lane
                 and 0 < lane.end.value - lane.reserved <= flow.overlap_bytes
+                and now - flow.overlap_tried >= self.cfg.overlap_retry_s
             ):
+                flow.overlap_tried = now
                 self._queue_next(flow, lane, now)
             self.done.add(offset, offset + m)
             self.owners.set(offset, offset + m, flow.id)
