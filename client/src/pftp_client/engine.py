@@ -1182,23 +1182,25 @@ class DownloadEngine:
         self._event("stolen", flow, f"took [{move.split}, {move.end}) from {victim.flow.id}")
         return move.split, move.end
 
-    def _queue_next(self, flow: Flow, lane: Lane, now: float) -> None:
+    def _queue_next(self, flow: Flow, lane: Lane, now: float) -> str:
         """Lock held, from the sink: the running lane is about to end; pick the
         flow's next range now and have its transport begin that transfer on its
         spare connection (start_next). Only work nobody else is fetching: a
         range never started, the pool's share, or a tail steal planned as if
-        this flow were free once its lane ends (no duplicates, no repairs)."""
+        this flow were free once its lane ends (no duplicates, no repairs).
+        "begun", "not now" (no second connection ready yet) or "nothing" (no
+        work worth taking: the caller waits before it plans again)."""
         fetcher = flow.fetcher
         can = getattr(fetcher, "can_start_next", None)
         if can is None or not can() or flow.parked or flow.standby or self.repairs:
-            return
+            return "not now"
         rng = flow.initial.pop_first() or self._pool_share(flow) or self._take_unstarted()
         if rng is None:
             left = lane.end.value - lane.reserved
             rate = flow.rate_estimate(now)
             move = self._plan_tail(flow, free_in_s=left / rate if rate else None)
             if not isinstance(move, Steal):
-                return
+                return "nothing"
             rng = self._steal(flow, move)
         start, end = rng
         queued = Lane(next(self._lane_ids), flow, "normal", start, start, end, RangeEnd(end))
@@ -1206,9 +1208,10 @@ class DownloadEngine:
         self.lanes[queued.id] = queued
         if not fetcher.start_next(start, end):  # type: ignore[union-attr]
             self._give_back(queued)
-            return
+            return "not now"
         flow.next_lane = queued
         self._log(f"{flow.id}: next range [{start}, {end}) begun ahead")
+        return "begun"
 
     def _pool_share(self, flow: Flow) -> tuple[int, int] | None:
         """The pool's first range, or its start when a share of it is this flow's
@@ -1596,9 +1599,10 @@ class DownloadEngine:
                 and lane is flow.lane
                 and 0 < lane.end.value - lane.reserved <= flow.overlap_bytes
                 and now - flow.overlap_tried >= self.cfg.overlap_retry_s
+                # (found nothing to take: the tail planning is not redone per block)
+                and self._queue_next(flow, lane, now) == "nothing"
             ):
                 flow.overlap_tried = now
-                self._queue_next(flow, lane, now)
             self.done.add(offset, offset + m)
             self.owners.set(offset, offset + m, flow.id)
             flow.stats.bytes += m
