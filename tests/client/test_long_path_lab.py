@@ -20,6 +20,25 @@ MBIT = 1_000_000
 SIZE = 24 * 1024 * 1024 + 4321
 
 
+def download_dynamic(
+    lab: Lab, tmp_path: Path, digest: str, urls: list[str]
+) -> tuple[dict, Path]:
+    """``pftp get --mirror ... --json`` in the lab's client namespace: (summary, file)."""
+    out = tmp_path / "out" / "data.bin"
+    out.parent.mkdir()
+    out.parent.chmod(0o777)
+    argv = [sys.executable, "-m", "pftp_client.cli", "get"]
+    for url in urls:
+        argv += ["--mirror", url]
+    argv += ["--no-discovery", "--sha256", digest, "-o", str(out), "--quiet", "--json"]
+    env = {**os.environ, "PFTP_ACCESS_BANDWIDTH": "1G", "XDG_CACHE_HOME": str(out.parent)}
+    proc = lab.popen_in("client", argv, env=env, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-2000:]
+    return json.loads(stdout), out
+
+
 def test_far_fast_lossy_and_near_slow_mirrors_all_serve_an_exact_file(tmp_path: Path) -> None:
     src = tmp_path / "data.bin"
     digest = make_file(src, SIZE, seed=21)
@@ -29,19 +48,9 @@ def test_far_fast_lossy_and_near_slow_mirrors_all_serve_an_exact_file(tmp_path: 
         MirrorSpec(rate_bps=20 * MBIT, rtt_ms=40, loss=0.01, name="lossy"),
     ]
     with Lab(specs, files={"data.bin": src}) as lab:
-        out = tmp_path / "out" / "data.bin"
-        out.parent.mkdir()
-        out.parent.chmod(0o777)
-        argv = [sys.executable, "-m", "pftp_client.cli", "get"]
-        for m in lab.mirrors:
-            argv += ["--mirror", m.ftp_url("data.bin")]
-        argv += ["--no-discovery", "--sha256", digest, "-o", str(out), "--quiet", "--json"]
-        env = {**os.environ, "PFTP_ACCESS_BANDWIDTH": "1G", "XDG_CACHE_HOME": str(out.parent)}
-        proc = lab.popen_in("client", argv, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-        stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0, stderr[-2000:]
-    summary = json.loads(stdout)
+        summary, out = download_dynamic(
+            lab, tmp_path, digest, [m.ftp_url("data.bin") for m in lab.mirrors]
+        )
     assert summary["sha256_verified"] and out.stat().st_size == SIZE
     by_url = {m["url"]: m for m in summary["mirrors"]}
     far, near, lossy = (by_url[m.ftp_url("data.bin")] for m in lab.mirrors)
@@ -80,19 +89,9 @@ def test_a_far_mirror_begins_its_next_range_before_the_last_one_ends(
     ]
     url = {"ftp": "ftp_url", "http": "http_url"}[scheme]
     with Lab(specs, files={"data.bin": src}) as lab:
-        out = tmp_path / "out" / "data.bin"
-        out.parent.mkdir()
-        out.parent.chmod(0o777)
-        argv = [sys.executable, "-m", "pftp_client.cli", "get"]
-        for m in lab.mirrors:
-            argv += ["--mirror", getattr(m, url)("data.bin")]
-        argv += ["--no-discovery", "--sha256", digest, "-o", str(out), "--quiet", "--json"]
-        env = {**os.environ, "PFTP_ACCESS_BANDWIDTH": "1G", "XDG_CACHE_HOME": str(out.parent)}
-        proc = lab.popen_in("client", argv, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-        stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0, stderr[-2000:]
-    summary = json.loads(stdout)
+        summary, out = download_dynamic(
+            lab, tmp_path, digest, [getattr(m, url)("data.bin") for m in lab.mirrors]
+        )
     assert summary["sha256_verified"] and out.stat().st_size == size
     by_url = {m["url"]: m for m in summary["mirrors"]}
     _near, far = (by_url[getattr(m, url)("data.bin")] for m in lab.mirrors)

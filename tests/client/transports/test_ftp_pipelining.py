@@ -14,7 +14,6 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
 
 import pytest
 from pftp_client.transports import ftp as ftp_module
@@ -25,7 +24,6 @@ from pftp_client.transports.base import (
     RangeNotHonoured,
 )
 from pftp_client.transports.ftp import FtpFetcher
-from pftp_lab.ftp_proxy import FtpDelayProxy
 from pyftpdlib.handlers import FTPHandler
 
 from .helpers import Collector, fetch, payload, with_test_timeouts
@@ -37,23 +35,6 @@ class SlowSink(Collector):
     def __call__(self, offset: int, block: memoryview, arrival_ns: int) -> None:
         super().__call__(offset, block, arrival_ns)
         time.sleep(0.003)
-
-
-@pytest.fixture
-def relay() -> Iterator[Callable[..., tuple[FtpDelayProxy, str]]]:
-    """``relay(server, **proxy_options) -> (proxy, base URL through the proxy)``."""
-    proxies: list[FtpDelayProxy] = []
-
-    def start(server, **kw) -> tuple[FtpDelayProxy, str]:
-        proxy = FtpDelayProxy(server.host, server.port, **kw).start()
-        proxies.append(proxy)
-        return proxy, f"ftp://{server.userinfo}{server.host}:{proxy.port}/"
-
-    try:
-        yield start
-    finally:
-        for proxy in proxies:
-            proxy.close()
 
 
 def first_reply_after(lines: list[tuple[str, str]], index: int) -> int:

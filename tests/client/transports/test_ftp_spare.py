@@ -16,7 +16,7 @@ import functools
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from pftp_client.transports import ftp as ftp_module
@@ -28,22 +28,6 @@ from .helpers import Collector, fetch, payload, with_test_timeouts
 
 fetcher = functools.partial(with_test_timeouts, FtpFetcher)
 SIZE = 2_000_000
-
-
-@pytest.fixture
-def relay() -> Iterator[Callable[..., tuple[FtpDelayProxy, str]]]:
-    proxies: list[FtpDelayProxy] = []
-
-    def start(server, **kw) -> tuple[FtpDelayProxy, str]:
-        proxy = FtpDelayProxy(server.host, server.port, **kw).start()
-        proxies.append(proxy)
-        return proxy, f"ftp://{server.userinfo}{server.host}:{proxy.port}/"
-
-    try:
-        yield start
-    finally:
-        for proxy in proxies:
-            proxy.close()
 
 
 def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
