@@ -1156,7 +1156,7 @@ class DownloadEngine:
                             return None
                         self._lock.wait(0.01 if self._lead_phase == "probing" else 0.25)
                         continue
-                rng = flow.initial.pop_first() or self._pool_share(flow) or self._take_unstarted()
+                rng = self._untaken_range(flow)
                 if rng is not None:
                     return self._new_lane(flow, "normal", *rng)
                 move = self._plan_tail(flow)
@@ -1176,6 +1176,11 @@ class DownloadEngine:
                 if self._check_stuck():
                     return None
                 self._lock.wait(0.25)
+
+    def _untaken_range(self, flow: Flow) -> tuple[int, int] | None:
+        """Lock held: work nobody fetches, in the order a flow takes it: its own
+        queue, its share of the pool, then a range queued for another flow."""
+        return flow.initial.pop_first() or self._pool_share(flow) or self._take_unstarted()
 
     def _steal(self, flow: Flow, move: Steal) -> tuple[int, int]:
         """Lock held: carry out a planned steal; the range taken."""
@@ -1198,7 +1203,7 @@ class DownloadEngine:
         can = getattr(fetcher, "can_start_next", None)
         if can is None or not can() or flow.parked or flow.standby or self.repairs:
             return "not now"
-        rng = flow.initial.pop_first() or self._pool_share(flow) or self._take_unstarted()
+        rng = self._untaken_range(flow)
         if rng is None:
             left = lane.end.value - lane.reserved
             rate = flow.rate_estimate(now)

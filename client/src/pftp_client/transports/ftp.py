@@ -559,7 +559,7 @@ class FtpFetcher:
             if started is not None and nxt.offset == offset:
                 return self._take_next(started, end, sink, cancel)
             if started is not None:  # (the engine went elsewhere: not expected)
-                self._recycle_async(started.ctrl, started.data)
+                self._ready_spare_async(started.ctrl, started.data)
         head = self._head
         if head is not None and head.offset == offset:
             if offset > 0 and not self.rest_honoured:
@@ -1388,31 +1388,48 @@ class FtpFetcher:
                 return
             if self._spare is not None and self._spare.armed():
                 return
+            stale, self._spare = self._spare, None  # (armed again on its session)
+        self._ready_spare_async(stale, None)
+
+    def _ready_spare_async(self, ctrl: _Control | None, data: socket.socket | None) -> None:
+        with self._lock:
             self._spares_coming += 1
         threading.Thread(
-            target=self._make_spare, name=f"pftp-spare-{self.target.host}", daemon=True
+            target=self._ready_spare, args=(ctrl, data), name=f"pftp-spare-{self.target.host}",
+            daemon=True,
         ).start()
 
-    def _make_spare(self) -> None:
-        with self._lock:
-            ctrl, self._spare = self._spare, None  # a stale one is armed again
-        fresh = ctrl is None
+    def _ready_spare(self, ctrl: _Control | None, data: socket.socket | None) -> None:
+        """Thread: make ``ctrl`` the armed spare, after aborting its transfer
+        ``data`` (a former control connection), or a new connection when None.
+        Dropped if any step fails; a new connection failing turns spares off."""
+        fresh, ready = ctrl is None, False
         try:
+            if ctrl is not None and data is not None and not self._abort(
+                ctrl, data, prepare_next=True
+            ):
+                return  # (_abort closed it)
             if ctrl is None:
                 ctrl = self._connect()
             if self._rest_honoured is None and self.verify_rest:
                 self._check_rest_on(ctrl)
             self._arm(ctrl)
+            ready = True
         except (TransferError, _ControlLost, OSError) as exc:
             if ctrl is not None:
                 ctrl.close()
-            with self._lock:
-                self._spares_coming -= 1
-                self._spare_off = self._spare_off or fresh
+            if fresh:
+                self._spare_off = True
             log.info("%s: no spare connection (%s)%s", self._where(), exc,
                      "; working on one" if fresh else "")
-            return
-        self._keep_as_spare(ctrl)
+        finally:
+            with self._lock:
+                self._spares_coming -= 1
+                kept = ready and not self._closed and self._spare is None
+                if kept:
+                    self._spare = ctrl
+            if ready and not kept:
+                _quit(ctrl)  # closed meanwhile, or one is there already
 
     def _check_rest_on(self, ctrl: _Control) -> None:
         """``_require_rest``'s check (``REST size-1`` must yield exactly one byte),
@@ -1422,6 +1439,8 @@ class FtpFetcher:
         size = self._size if self._size_known else None
         if size is None or size < 2:
             return
+        # (not _read_probe: its _receive publishes the transfer as the running one
+        # to committed_end, and the primary's range runs meanwhile)
         ctrl, data = self._start_retr(ctrl, size - 1)
         got = b""
         try:
@@ -1462,14 +1481,6 @@ class FtpFetcher:
             raise
         ctrl.data_ready = (data, time.monotonic())
 
-    def _keep_as_spare(self, ctrl: _Control) -> None:
-        with self._lock:
-            self._spares_coming -= 1
-            if not self._closed and self._spare is None:
-                self._spare = ctrl
-                return
-        _quit(ctrl)  # closed meanwhile, or one is there already
-
     def _take_spare(self) -> _Control | None:
         with self._lock:
             spare = self._spare
@@ -1488,21 +1499,24 @@ class FtpFetcher:
             if spare is None:
                 return False
         _rst_close(data)  # the server's sends fail from now on: its 426 comes early
-        with self._lock:
-            if self._ctrl is ctrl:
-                self._ctrl = spare
+        self._hand_over(spare, ctrl, data)
         if spare is not None:
             self.spare_switches += 1
-        self._recycle_async(ctrl, data)
         return True
 
-    def _recycle_async(self, ctrl: _Control, data: socket.socket | None) -> None:
+    def _hand_over(
+        self, new: _Control | None, old: _Control | None, data: socket.socket | None = None
+    ) -> None:
+        """``new`` becomes the control connection; ``old`` (its transfer ``data``
+        aborted first) is made the spare in the background."""
         with self._lock:
-            self._spares_coming += 1
-        threading.Thread(
-            target=self._recycle, args=(ctrl, data), name=f"pftp-abort-{self.target.host}",
-            daemon=True,
-        ).start()
+            closed = self._closed
+            if not closed and self._ctrl is old:
+                self._ctrl = new
+        if closed and new is not None:
+            _quit(new)  # (close() has run: the caller's next step fails as cancelled)
+        if old is not None and old is not new:
+            self._ready_spare_async(old, data)
 
     def can_start_next(self) -> bool:
         """Could start_next begin a transfer now (a spare is armed, REST checked)?"""
@@ -1534,10 +1548,7 @@ class FtpFetcher:
     ) -> int:
         """``fetch`` of a range start_next began: its connection becomes the
         control connection (the one before is kept as the spare), then as a head."""
-        with self._lock:
-            old, self._ctrl = self._ctrl, head.ctrl
-        if old is not None and old is not head.ctrl:
-            self._recycle_async(old, None)
+        self._hand_over(head.ctrl, self._ctrl)
         self.overlapped += 1
         return self._read_head(head, end, sink, cancel)
 
@@ -1551,31 +1562,8 @@ class FtpFetcher:
         spare = self._take_spare()
         if spare is None:
             return
-        with self._lock:
-            if self._closed:
-                self._spare = spare  # (close() is under way and quits it)
-                return
-            self._ctrl = spare
+        self._hand_over(spare, ctrl)
         self.spare_switches += 1
-        if ctrl is not None:
-            self._recycle_async(ctrl, None)
-
-    def _recycle(self, ctrl: _Control, data: socket.socket | None) -> None:
-        """The former control connection: abort its transfer (if any), arm it and
-        keep it as the spare; dropped if any of that fails."""
-        if data is not None and not self._abort(ctrl, data, prepare_next=True):
-            with self._lock:
-                self._spares_coming -= 1
-            return  # (_abort closed it)
-        try:
-            self._arm(ctrl)
-        except (TransferError, _ControlLost, OSError) as exc:
-            ctrl.close()
-            with self._lock:
-                self._spares_coming -= 1
-            log.info("%s: former connection not kept as the spare (%s)", self._where(), exc)
-            return
-        self._keep_as_spare(ctrl)
 
     # -------------------------------------------------------- REST probing
 

@@ -138,29 +138,8 @@ class HttpFetcher:
                         # Done or end lowered: leaving the block closes the response
                         # (and, if the body is not finished, its connection).
                         return pos - offset
-        except httpx.ReadTimeout as exc:
-            raise StallError(
-                f"{self.url}: no data for {self.stall_timeout:g}s at byte {pos}"
-            ) from exc
-        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            if pos == offset:
-                raise TransientError(f"{self.url}: connection failed: {exc}") from exc
-            raise PrematureEnd(f"{self.url}: connection broke at byte {pos}: {exc}") from exc
-        except (
-            httpx.ConnectError,
-            httpx.ConnectTimeout,
-            httpx.PoolTimeout,
-            httpx.WriteError,
-        ) as exc:
-            raise TransientError(f"{self.url}: cannot connect: {exc}") from exc
-        except httpx.TooManyRedirects as exc:
-            raise PermanentError(f"{self.url}: too many redirects") from exc
-        except httpx.UnsupportedProtocol as exc:
-            raise PermanentError(f"{self.url}: redirected to an unsupported URL: {exc}") from exc
         except httpx.HTTPError as exc:
-            if self._closed:
-                raise Cancelled(f"{self.url}: fetcher closed during transfer") from exc
-            raise TransientError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+            raise self._error_at(exc, pos, offset) from exc
         if pos < end.value:
             raise PrematureEnd(f"{self.url}: body ended at byte {pos} before {end.value}")
         return pos - offset
@@ -242,12 +221,23 @@ class HttpFetcher:
         return pos - offset
 
     def _error_at(self, exc: BaseException, pos: int, offset: int) -> TransferError:
-        """An httpx error met at byte ``pos`` of a range from ``offset``, as ours."""
+        """An httpx error met at byte ``pos`` of a range from ``offset``, as ours
+        (a fetch's own request, or one begun ahead and handed over)."""
         if isinstance(exc, httpx.ReadTimeout):
             return StallError(f"{self.url}: no data for {self.stall_timeout:g}s at byte {pos}")
-        if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)) and pos > offset:
+        if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+            if pos == offset:
+                return TransientError(f"{self.url}: connection failed: {exc}")
             return PrematureEnd(f"{self.url}: connection broke at byte {pos}: {exc}")
-        if isinstance(exc, httpx.HTTPError) and self._closed:
+        if isinstance(
+            exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.WriteError)
+        ):
+            return TransientError(f"{self.url}: cannot connect: {exc}")
+        if isinstance(exc, httpx.TooManyRedirects):
+            return PermanentError(f"{self.url}: too many redirects")
+        if isinstance(exc, httpx.UnsupportedProtocol):
+            return PermanentError(f"{self.url}: redirected to an unsupported URL: {exc}")
+        if self._closed:
             return Cancelled(f"{self.url}: fetcher closed during transfer")
         return TransientError(f"{self.url}: {type(exc).__name__}: {exc}")
 
