@@ -41,6 +41,19 @@ def spare_ready(f: FtpFetcher) -> Callable[[], bool]:
     return lambda: f._spare is not None and f._spare.armed() and not f._spares_coming
 
 
+def served(server, relay, seed: int, delay: float) -> tuple[bytes, FtpDelayProxy, str]:
+    """The test file on ``server`` and a relay before it: (data, proxy, its URL)."""
+    data = payload(SIZE, seed=seed)
+    server.put("f.bin", data)
+    proxy, base = relay(server, one_way_delay=delay)
+    return data, proxy, base + "f.bin"
+
+
+def ready_spare(f: FtpFetcher) -> None:
+    f.keep_spare()
+    wait_for(spare_ready(f))
+
+
 def session_of(proxy: FtpDelayProxy, side: str, text: str) -> int:
     return next(s for s, sd, t in proxy.session_lines if sd == side and t == text)
 
@@ -55,13 +68,10 @@ def index_of(
 
 
 def test_an_early_stop_hands_the_next_range_to_the_spare(ftp_server, relay) -> None:
-    data = payload(SIZE, seed=31)
-    ftp_server.put("f.bin", data)
-    proxy, base = relay(ftp_server, one_way_delay=0.02)
-    with fetcher(base + "f.bin") as f:
+    data, proxy, url = served(ftp_server, relay, 31, 0.02)
+    with fetcher(url) as f:
         assert fetch(f, 100_000, 200_000) == data[100_000:200_000]  # REST probe, first range
-        f.keep_spare()
-        wait_for(spare_ready(f))
+        ready_spare(f)
         # (this one starts on the first session: its port came with the resync)
         assert fetch(f, 300_000, 400_000) == data[300_000:400_000]
         # ...and stopped early (ABOR): this range went to the spare at once
@@ -87,13 +97,10 @@ def test_an_early_stop_hands_the_next_range_to_the_spare(ftp_server, relay) -> N
 
 
 def test_the_next_range_begins_before_this_one_ends(ftp_server, relay) -> None:
-    data = payload(SIZE, seed=32)
-    ftp_server.put("f.bin", data)
-    proxy, base = relay(ftp_server, one_way_delay=0.02)
-    with fetcher(base + "f.bin") as f:
+    data, proxy, url = served(ftp_server, relay, 32, 0.02)
+    with fetcher(url) as f:
         assert fetch(f, 10, 20) == data[10:20]
-        f.keep_spare()
-        wait_for(spare_ready(f))
+        ready_spare(f)
         assert f.can_start_next()
         began: list[bool] = []
 
@@ -126,13 +133,10 @@ def test_the_next_range_begins_before_this_one_ends(ftp_server, relay) -> None:
 def test_a_next_range_begun_for_another_offset_is_dropped_not_delivered(
     ftp_server, relay
 ) -> None:
-    data = payload(SIZE, seed=33)
-    ftp_server.put("f.bin", data)
-    _proxy, base = relay(ftp_server, one_way_delay=0.005)
-    with fetcher(base + "f.bin") as f:
+    data, _proxy, url = served(ftp_server, relay, 33, 0.005)
+    with fetcher(url) as f:
         assert fetch(f, 1, 2) == data[1:2]
-        f.keep_spare()
-        wait_for(spare_ready(f))
+        ready_spare(f)
         assert f.start_next(1_500_000)
         assert fetch(f, 400_000, 450_000) == data[400_000:450_000]
         assert f.overlapped == 0
@@ -141,13 +145,10 @@ def test_a_next_range_begun_for_another_offset_is_dropped_not_delivered(
 
 
 def test_close_leaves_no_connection_behind(ftp_server, relay) -> None:
-    data = payload(SIZE, seed=34)
-    ftp_server.put("f.bin", data)
-    proxy, base = relay(ftp_server, one_way_delay=0.01)
-    f = fetcher(base + "f.bin")
+    data, proxy, url = served(ftp_server, relay, 34, 0.01)
+    f = fetcher(url)
     assert fetch(f, 5, 50) == data[5:50]
-    f.keep_spare()
-    wait_for(spare_ready(f))
+    ready_spare(f)
     assert f.start_next(1_000_000)
     f.close()
     wait_for(lambda: proxy.open_controls == 0)
@@ -171,10 +172,8 @@ def test_a_server_that_refuses_a_second_connection(start_pyftpd, relay) -> None:
             super().handle()
 
     server = start_pyftpd(handler=OneEach)
-    data = payload(SIZE, seed=35)
-    server.put("f.bin", data)
-    _proxy, base = relay(server, one_way_delay=0.005)
-    with fetcher(base + "f.bin") as f:
+    data, _proxy, url = served(server, relay, 35, 0.005)
+    with fetcher(url) as f:
         assert fetch(f, 100, 200) == data[100:200]
         f.keep_spare()
         wait_for(lambda: f._spare_off and not f._spares_coming)
@@ -186,14 +185,11 @@ def test_a_server_that_refuses_a_second_connection(start_pyftpd, relay) -> None:
 
 
 def test_a_stale_spare_is_not_used(pyftpd_server, relay, monkeypatch) -> None:
-    data = payload(SIZE, seed=36)
-    pyftpd_server.put("f.bin", data)
     monkeypatch.setattr(ftp_module, "_PASSIVE_MAX_AGE", 0.2)
-    _proxy, base = relay(pyftpd_server, one_way_delay=0.005)
-    with fetcher(base + "f.bin") as f:
+    data, _proxy, url = served(pyftpd_server, relay, 36, 0.005)
+    with fetcher(url) as f:
         assert fetch(f, 100, 200) == data[100:200]
-        f.keep_spare()
-        wait_for(spare_ready(f))
+        ready_spare(f)
         time.sleep(0.3)
         assert not f.can_start_next()
         assert fetch(f, 300_000, 400_000) == data[300_000:400_000]
@@ -227,14 +223,11 @@ def test_the_spare_checks_rest_for_a_flow_that_only_read_from_zero(ftp_server, r
     """A flow whose ranges all started at byte 0 never needed REST; its spare checks it
     (REST size-1 must give one byte) while it gets ready, so the next range at an offset
     can begin ahead."""
-    data = payload(SIZE, seed=37)
-    ftp_server.put("f.bin", data)
-    _proxy, base = relay(ftp_server, one_way_delay=0.005)
-    with fetcher(base + "f.bin") as f:
+    data, _proxy, url = served(ftp_server, relay, 37, 0.005)
+    with fetcher(url) as f:
         assert fetch(f, 0, 300_000) == data[:300_000]
         assert f.rest_honoured is None
-        f.keep_spare()
-        wait_for(spare_ready(f))
+        ready_spare(f)
         assert f.rest_honoured is True and f.can_start_next()
         assert f.start_next(1_000_000)
         assert fetch(f, 1_000_000, 1_100_000) == data[1_000_000:1_100_000]
@@ -251,10 +244,8 @@ def test_a_spare_that_finds_rest_ignored_turns_the_fetcher_away(start_pyftpd, re
             self.respond(f"350 Restarting at position {line}.")
 
     server = start_pyftpd(handler=IgnoresRest)
-    data = payload(SIZE, seed=38)
-    server.put("f.bin", data)
-    _proxy, base = relay(server, one_way_delay=0.005)
-    with fetcher(base + "f.bin") as f:
+    data, _proxy, url = served(server, relay, 38, 0.005)
+    with fetcher(url) as f:
         assert fetch(f, 0, 100_000) == data[:100_000]
         f.keep_spare()
         wait_for(lambda: f._spare_off and not f._spares_coming)
