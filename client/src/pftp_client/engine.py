@@ -1207,7 +1207,14 @@ class DownloadEngine:
         if rng is None:
             left = lane.end.value - lane.reserved
             rate = flow.rate_estimate(now)
-            move = self._plan_tail(flow, free_in_s=left / rate if rate else None)
+            # (begun now, the new transfer's first byte is a round trip away and
+            # its connection then leaves slow start: it cannot be up to speed
+            # sooner than that, however soon the running range ends; a far flow
+            # whose range was cut short by steals took the file's last bytes
+            # from a near one and finished last)
+            rtt = self._path_rtt(flow)
+            free_in = max(left / rate, rtt + slow_start_s(rate, rtt)) if rate else None
+            move = self._plan_tail(flow, free_in_s=free_in)
             if not isinstance(move, Steal):
                 return "nothing"
             rng = self._steal(flow, move)
@@ -1336,11 +1343,18 @@ class DownloadEngine:
         switch = flow.switch_s if flow.switch_s is not None else flow.latency_s
         if switch is None:
             switch = self.cfg.default_latency_s
+        return switch + slow_start_s(rate, self._path_rtt(flow))
+
+    @staticmethod
+    def _path_rtt(flow: Flow) -> float:
+        """The flow's path round trip: the transport's measure, else half its
+        request latency (an FTP request's first byte: about two round trips),
+        else 0."""
         path_rtt = getattr(flow.fetcher, "path_rtt", None)
         rtt = path_rtt() if path_rtt is not None else None
         if rtt is None and flow.latency_s is not None:
-            rtt = flow.latency_s / 2  # (an FTP request's first byte: about two round trips)
-        return switch + slow_start_s(rate, rtt)
+            rtt = flow.latency_s / 2
+        return rtt or 0.0
 
     def _run_lane(self, flow: Flow, lane: Lane) -> bool:
         """Fetch one lane; False when the flow must stop."""
