@@ -9,11 +9,14 @@ time for servers that lose pipelined commands.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import random
+import socket
 import threading
 import time
+from typing import ClassVar
 
 import pytest
 from pftp_client.transports import ftp as ftp_module
@@ -67,9 +70,11 @@ def test_commands_travel_together(ftp_server, relay) -> None:
         assert fetch(f, 2_000_000, 2_000_100) == data[2_000_000:2_000_100]
         assert f.pipeline and f.reconnects == 0
     lines = list(proxy.lines)
-    assert sent_before_reply(lines, "USER ", "PASS ")
-    assert sent_before_reply(lines, "TYPE I", "SIZE f.bin")
-    assert sent_before_reply(lines, "SIZE f.bin", "EPSV")
+    commands = [text for side, text in lines if side == "C"]
+    assert commands[0].startswith("USER ") and commands[1].startswith("PASS ")
+    assert commands[2:5] == ["TYPE I", "SIZE f.bin", "EPSV"]
+    # the login and the first transfer's setup in one write (see _login)
+    assert sent_before_reply(lines, "USER ", "EPSV")
     probe = position(lines, "C", f"REST {len(data) - 1}")
     assert sent_before_reply(lines, "REST", "RETR", probe)
     real = position(lines, "C", "REST 100000")
@@ -80,33 +85,29 @@ def test_commands_travel_together(ftp_server, relay) -> None:
     # the next range uses the port that came with the resync: no EPSV of its own
     after = [text for side, text in lines[abort:] if side == "C"]
     assert after[:5] == ["ABOR", "NOOP", "EPSV", "REST 2000000", "RETR f.bin"]
-    # nothing rides behind PASS or behind RETR
-    assert not sent_before_reply(lines, "PASS ", "TYPE I")
+    # nothing rides behind RETR
     for i, (side, text) in enumerate(lines):
         if side == "C" and text.startswith("RETR"):
             later = [j for j in range(i + 1, len(lines)) if lines[j][0] == "C"]
             assert not later or first_reply_after(lines, i) < later[0]
 
 
-def test_size_brings_the_passive_port_of_the_transfer_that_follows(ftp_server, relay) -> None:
-    """early.EarlyProbe asks the size of every mirror but the first with its passive
-    port: the REST check (or the transfer) after it then sends no EPSV of its own."""
+def test_login_brings_the_size_and_the_first_transfers_passive_port(ftp_server, relay) -> None:
+    """The pipelined login carries TYPE I, SIZE and EPSV: early.EarlyProbe's size
+    query then costs no round trip of its own, and the REST check (or the transfer)
+    after it sends no EPSV of its own."""
     data = payload(500_000, seed=13)
     ftp_server.put("f.bin", data)
     proxy, base = relay(ftp_server, one_way_delay=0.01)
     with fetcher(base + "f.bin") as f:
         assert f.size(passive=True) == len(data)
+        assert len(proxy.commands()) == 5  # the login batch, nothing after it
         f.prepare(threading.Event())  # the REST check: REST size-1 + RETR
         assert fetch(f, 200_000, 300_000) == data[200_000:300_000]
-    commands = [text for side, text in proxy.lines if side == "C"]
+    commands = proxy.commands()
     assert commands[2:5] == ["TYPE I", "SIZE f.bin", "EPSV"]
-    assert sent_before_reply(list(proxy.lines), "SIZE f.bin", "EPSV")
+    assert sent_before_reply(list(proxy.lines), "USER ", "EPSV")
     assert commands[5:7] == [f"REST {len(data) - 1}", "RETR f.bin"]
-    # without it, the size travels alone
-    proxy2, base2 = relay(ftp_server, one_way_delay=0.01)
-    with fetcher(base2 + "f.bin") as f:
-        assert f.size() == len(data)
-    assert "EPSV" not in [text for side, text in proxy2.lines if side == "C"]
 
 
 def test_one_command_at_a_time_when_asked(ftp_server, relay) -> None:
@@ -340,8 +341,66 @@ def test_server_known_to_mishandle_pipelining(start_pyftpd, relay) -> None:
         assert fetch(f, 10, 200_000) == data[10:]
         assert fetch(f, 0, 10) == data[:10]
         assert f.pipeline is False
-    lines = list(proxy.lines)
+    # The login went out before the greeting named the server; that connection
+    # was dropped, and the next one sends one command at a time.
+    sessions = {n for n, _side, _text in proxy.session_lines}
+    assert len(sessions) == 2
+    later = max(sessions)
+    lines = [(side, text) for n, side, text in proxy.session_lines if n == later]
     assert "MikroTik" in lines[0][1]
     commands = [i for i, (side, _) in enumerate(lines) if side == "C"]
     for a, b in itertools.pairwise(commands):
         assert any(side == "S" for side, _ in lines[a:b]), lines[a][1]
+
+
+class NotesEarlyInput(FTPHandler):
+    """Looks, before it greets, whether commands are already waiting."""
+
+    early_input: ClassVar[list[bytes]] = []
+
+    def handle(self) -> None:
+        time.sleep(0.3)  # (blocks this test server's loop: one client at a time)
+        try:
+            waiting = self.socket.recv(4096, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            waiting = b""
+        NotesEarlyInput.early_input.append(waiting)
+        super().handle()
+
+
+class DropsEarlyInput(FTPHandler):
+    """Throws away whatever the client sent before the greeting."""
+
+    def handle(self) -> None:
+        time.sleep(0.3)
+        with contextlib.suppress(BlockingIOError):
+            self.socket.recv(65536, socket.MSG_DONTWAIT)
+        super().handle()
+
+
+def test_login_goes_out_before_the_greeting(start_pyftpd) -> None:
+    """USER, PASS, TYPE I, SIZE and EPSV are in the server's socket before it greets:
+    a far mirror's first byte comes two round trips sooner."""
+    NotesEarlyInput.early_input = []
+    server = start_pyftpd(handler=NotesEarlyInput)
+    data = payload(100_000, seed=24)
+    server.put("f.bin", data)
+    with fetcher(server.url("f.bin")) as f:
+        assert fetch(f, 0, len(data)) == data
+        assert f.pipeline
+    early = NotesEarlyInput.early_input[0].decode()
+    assert early.split("\r\n")[:5] == ["USER anonymous", "PASS pftp@", "TYPE I",
+                                       "SIZE f.bin", "EPSV"]
+
+
+def test_server_dropping_input_sent_before_its_greeting(start_pyftpd) -> None:
+    """No reply to the early USER: the fetcher falls back to one command at a time
+    after the short wait for the login batch's replies, not after the reply timeout."""
+    server = start_pyftpd(handler=DropsEarlyInput)
+    data = payload(100_000, seed=25)
+    server.put("f.bin", data)
+    began = time.monotonic()
+    with fetcher(server.url("f.bin"), timeout=60.0) as f:
+        assert fetch(f, 10, len(data)) == data[10:]
+        assert f.pipeline is False
+    assert time.monotonic() - began < 30.0  # (the reply timeout is 60 s)

@@ -15,12 +15,12 @@ and after an early stop the control connection is resynchronised with a
 Round trips (RFC 959 allows a client to send commands before earlier replies
 arrive; the server answers them in order). Where it is safe, commands are
 written together and their replies read afterwards, one per command:
-``USER``+``PASS``; ``TYPE I``+``SIZE``+``EPSV`` as the first exchange after
-login; ``REST n``+``RETR`` while the data connection is being connected; and
-``NOOP``+``EPSV`` after an abort, so the next range finds its passive port
-ready. Nothing is pipelined behind ``PASS`` or behind ``RETR``/``ABOR``
-(see ``_login``, ``_start_retr`` and ``_abort`` for the servers that would
-pair replies wrongly). A byte reaches the sink only after REST was answered
+``USER``+``PASS``+``TYPE I``+``SIZE``+``EPSV`` as soon as the connection is up,
+before the greeting; ``REST n``+``RETR`` while the data connection is being
+connected; and ``NOOP``+``EPSV`` after an abort, so the next range finds its
+passive port ready. Nothing is pipelined behind ``RETR``/``ABOR`` (see
+``_login``, ``_start_retr`` and ``_abort`` for the servers that would pair
+replies wrongly). A byte reaches the sink only after REST was answered
 350 and RETR 1xx, as before. ``pipeline=False`` (or a greeting from a server
 known to mishandle pipelining, or a pipelined exchange that loses replies)
 falls back to one command at a time.
@@ -78,6 +78,9 @@ HEAD_BUFFER_BYTES = 4 * 1024 * 1024
 # Greetings of servers that lftp (ftp:auto-sync-mode) knows to mishandle pipelined
 # commands: with these we send one command at a time.
 _SYNC_ONLY_GREETINGS = ("icrosoft FTP Service", "MadGoat", "MikroTik")
+# Each reply to the pipelined login (FtpFetcher._login) comes within this (or ten
+# round trips, if longer), or the server is taken to have lost the early commands.
+_BATCH_REPLY_MIN_S = 3.0
 # Kernel receive timestamps (SO_TIMESTAMPNS, Linux value when the module lacks it).
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 DEFAULT_TIMEOUT_S = 30.0  # connect and reply; ClientSettings.timeout has the same default
@@ -258,7 +261,8 @@ class _Control:
         try:
             line = self.rfile.readline(_MAX_LINE + 2)
         except TimeoutError as exc:
-            raise self._lost(f"no reply within {self.timeout:g}s", timed_out=True) from exc
+            waited = self.sock.gettimeout()
+            raise self._lost(f"no reply within {waited:g}s", timed_out=True) from exc
         except OSError as exc:
             raise self._lost(f"reading reply: {exc}", timed_out=False) from exc
         if not line:
@@ -962,16 +966,26 @@ class FtpFetcher:
             return ctrl
 
     def _login(self, ctrl: _Control) -> None:
-        """Greeting, USER, PASS; then TYPE I (pipelined: sent with the next exchange).
+        """Greeting, USER, PASS, TYPE I; pipelined, with the first transfer's setup.
 
-        Pipelined, USER and PASS go in one write and both replies are read. If
-        USER already logged us in (230, e.g. vsftpd's anonymous login without a
-        password), PASS is answered 503 or 2xx ("already logged in") and that
-        reply is dropped; any other answer leaves the login state unclear, so we
-        start over one command at a time. Nothing is pipelined behind PASS:
-        pyftpdlib delays a failed PASS's 530 (auth_failed_timeout) and answers
-        later commands first, which would pair replies with the wrong commands.
+        Pipelined (``_login_batch``), ``USER``, ``PASS``, ``TYPE I``, ``SIZE`` (while
+        the size is unknown) and ``EPSV`` go out in one write as soon as the
+        connection is up, before the greeting: the server reads them after it
+        greets, and every reply is in one round trip after the greeting instead of
+        three (a far mirror's first byte comes two round trips sooner). Servers
+        read their input in order whatever the login step (vsftpd peeks up to the
+        end of each line, so its post-login process finds the rest; pure-ftpd,
+        proftpd and pyftpdlib keep one buffer per session).
+
+        If ``USER`` already logged us in (230, e.g. vsftpd's anonymous login
+        without a password), ``PASS`` is answered 503 or 2xx ("already logged in")
+        and that reply is dropped; any other answer leaves the login state unclear,
+        so we start over one command at a time. A refused login is reported with
+        the first 530: pyftpdlib delays a failed ``PASS``'s reply and answers the
+        commands behind it first, and either way it is a refusal.
         """
+        user, password = self._credentials()
+        batch = self._login_batch(ctrl, user, password) if self.pipeline else []
         greeting = ctrl.reply()
         while greeting.code == 120:  # "service ready in nnn minutes"
             greeting = ctrl.reply()
@@ -980,26 +994,68 @@ class FtpFetcher:
         if self.pipeline and any(g in greeting.text for g in _SYNC_ONLY_GREETINGS):
             self.pipeline = False
             log.info("%s: server known to mishandle pipelining; not pipelining", self._where())
-        user, password = self._credentials()
-        if self.pipeline:
-            reply, pass_reply = ctrl.exchange([f"USER {user}", f"PASS {password}"], pipelined=True)
-            if reply.code == 331:
-                reply = pass_reply
-            elif reply.code in (230, 202) and not (pass_reply.kind == 2 or pass_reply.code == 503):
-                raise _ControlLost(
-                    f"USER answered {reply.code} but the pipelined PASS {pass_reply.code}",
-                    blames_pipelining=True,
-                )
-        else:
-            reply = ctrl.command(f"USER {user}")
-            if reply.code == 331:
-                reply = ctrl.command(f"PASS {password}")
+            if batch:  # (already sent: start over on a new connection)
+                raise _ControlLost("pipelined login to a server that mishandles it")
+        if batch:
+            self._read_login_batch(ctrl, batch, user)
+            return
+        reply = ctrl.command(f"USER {user}")
+        if reply.code == 331:
+            reply = ctrl.command(f"PASS {password}")
+        self._check_login(reply, user)
+        self._check_type(ctrl, ctrl.command("TYPE I"))
+
+    def _login_batch(self, ctrl: _Control, user: str, password: str) -> list[str]:
+        """Send the pipelined login and the first transfer's setup (``_login``)."""
+        batch = [f"USER {user}", f"PASS {password}", "TYPE I"]
+        if not self._size_known:
+            batch.append(f"SIZE {self.target.path}")
+        passive = self._passive_command(ctrl)
+        if passive:
+            batch.append(passive)
+        ctrl.send_batch(batch)
+        return batch
+
+    def _read_login_batch(self, ctrl: _Control, batch: list[str], user: str) -> None:
+        """The replies to ``_login_batch``; all but PASS's within ``_batch_timeout``:
+        a server that threw the early commands away costs that, not the reply
+        timeout, before the fallback to one command at a time
+        (``_ControlLost.blames_pipelining``)."""
+        timeout = self._batch_timeout(ctrl)
+        # (PASS may take seconds: servers delay a failed login's reply on purpose)
+        reply, pass_reply = ctrl.reply(timeout), ctrl.reply()
+        if reply.code == 331:
+            reply = pass_reply
+        elif reply.code in (230, 202) and not (pass_reply.kind == 2 or pass_reply.code == 503):
+            raise _ControlLost(
+                f"USER answered {reply.code} but the pipelined PASS {pass_reply.code}",
+                blames_pipelining=True,
+            )
+        self._check_login(reply, user)
+        for command in batch[2:]:
+            answer = ctrl.reply(timeout)
+            if command == "TYPE I":
+                self._check_type(ctrl, answer)
+            elif command.startswith("SIZE "):
+                self._absorb_size(answer)
+            else:
+                self._absorb_passive(ctrl, command, answer)
+
+    def _batch_timeout(self, ctrl: _Control) -> float:
+        """How long to wait for each reply to the pipelined login: several round
+        trips (the handshake's RTT), at least _BATCH_REPLY_MIN_S, at most the reply
+        timeout."""
+        try:
+            rtt = smoothed_rtt(ctrl.sock) or 0.0
+        except OSError:
+            rtt = 0.0
+        return min(self.timeout, max(_BATCH_REPLY_MIN_S, 10 * rtt))
+
+    def _check_login(self, reply: FtpReply, user: str) -> None:
         if reply.code == 332:
             raise PermanentError(f"{self._where()}: server wants an ACCT, not supported")
         if reply.code not in (230, 202):
             raise error_for_reply(f"{self._where()}: login as {user!r} refused", reply)
-        if not self.pipeline:
-            self._check_type(ctrl, ctrl.command("TYPE I"))
 
     def _check_type(self, ctrl: _Control, reply: FtpReply) -> None:
         if reply.code != 200:
@@ -1045,9 +1101,13 @@ class FtpFetcher:
         raise error_for_reply(f"{self._where()}: SIZE", reply)
 
     def _query_size(self, ctrl: _Control, *, passive: bool = False) -> int | None:
-        """SIZE; with ``passive`` (a transfer follows) an EPSV/PASV rides along."""
+        """SIZE; with ``passive`` (a transfer follows) an EPSV/PASV rides along.
+        Nothing to ask when both came with the pipelined login."""
+        if self._size_known:
+            return self._size
         commands = [f"SIZE {self.target.path}"]
-        extra = self._passive_command(ctrl) if passive and self.pipeline else None
+        wants_port = passive and self.pipeline and not ctrl.armed()
+        extra = self._passive_command(ctrl) if wants_port else None
         if extra:
             commands.append(extra)
         replies = self._exchange(ctrl, commands)
