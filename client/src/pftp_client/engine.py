@@ -176,8 +176,18 @@ class EngineConfig:
     # before the running one ends (start_next: FTP on the spare, HTTP a second
     # GET), by overlap_margin x (a round trip and the slow start): its slow start
     # overlaps the end of the range before. Tried at most every overlap_retry_s.
+    # 1.0 is the hand-over with the link full throughout: the old range runs
+    # alone for the round trip, then carries what the new one leaves of the link
+    # while its window doubles (n round trips carrying about one bandwidth-delay
+    # product: n - 1 round trips of the rate, tcp_model.slow_start_s). More is
+    # worse than it looks: the two transfers then share the mirror's link for
+    # round trips after the new one's ramp, its sender settles at half the link
+    # (BBR leaves startup after three rounds without growth; CUBIC halves on the
+    # shared queue's loss) and regains the rest only over seconds once alone.
+    # Wide-area --mirror, 4 runs each: 1.5 gave 1.205 (BBR senders) / 1.152
+    # (CUBIC), 1.0 gave 1.146 / 1.142, 0.75 (too late: the link idles) 1.19.
     overlap: bool = True
-    overlap_margin: float = 1.5
+    overlap_margin: float = 1.0
     overlap_retry_s: float = 0.05
 
 
