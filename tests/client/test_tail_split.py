@@ -197,3 +197,53 @@ def test_work_given_up_is_shared_by_rate_not_taken_whole():
     # alone, or nearly all of it: whole, no sliver left behind
     assert pool_share(pool, 14 * MIB, 1_250_000.0, [], grid) is None
     assert pool_share((0, 2 * MIB), 2 * MIB, 5_000_000.0, [(MIB, 100_000.0)], grid) is None
+
+
+def test_a_range_begun_ahead_is_up_to_speed_no_sooner_than_its_own_ramp():
+    """Session 12: a far flow whose running range had been cut short by steals
+    looked free at once, took the last bytes of a near flow and finished last.
+    The latency of a range begun ahead is the time left, floored by a round trip
+    and the slow start on the thief's own path."""
+    from pftp_client.tail import begun_ahead_latency_s
+    from pftp_wire.tcp_model import slow_start_s
+
+    rate, far = 5_000_000.0, 0.08
+    ramp = far + slow_start_s(rate, far)
+    assert begun_ahead_latency_s(50_000, rate, far) == pytest.approx(ramp)  # 10 ms left
+    assert begun_ahead_latency_s(10 * MIB, rate, far) == pytest.approx(10 * MIB / rate)
+    assert begun_ahead_latency_s(50_000, rate, 0.0002) == pytest.approx(0.01)  # a LAN
+    assert begun_ahead_latency_s(50_000, None, far) is None
+    # The near victim has 0.2 s left. Planned with the 10 ms left, the far thief
+    # steals; with its ramp (~0.38 s) it cannot be sooner, and it declines.
+    size = 100 * MIB
+    grid = PieceGrid(size, 16 * KIB)
+    victim = LaneView(1, reserved=size - 500_000, end=size, rate=2_500_000.0)
+    naive = plan_tail_move([victim], thief_rate=rate, thief_latency_s=0.01, grid=grid,
+                           duplicate_budget_left=0)
+    assert isinstance(naive, Steal)
+    floored = plan_tail_move([victim], thief_rate=rate,
+                             thief_latency_s=begun_ahead_latency_s(50_000, rate, far),
+                             grid=grid, duplicate_budget_left=0)
+    assert floored is None
+
+
+@pytest.mark.parametrize(("mbit", "rtt"), [(40, 0.08), (10, 0.16), (20, 0.04), (100, 0.03)])
+def test_the_overlap_lead_is_what_the_old_transfer_carries_while_the_new_one_ramps(mbit, rtt):
+    """overlap_lead_bytes(margin 1.0) against a round-by-round model of the hand-over:
+    the new transfer's first byte a round trip after its request, its window then
+    doubling from the initial window until it fills the path; the old transfer
+    carries the rest of the link meanwhile. The lead matches what the old one
+    carries (within a fifth), so the two barely share the link."""
+    from pftp_client.tail import overlap_lead_bytes
+    from pftp_wire.tcp_model import INITIAL_WINDOW_BYTES
+
+    rate = mbit * 1e6 / 8
+    bdp = rate * rtt
+    carried_by_old = bdp  # the request's round trip: the old transfer alone
+    window = float(INITIAL_WINDOW_BYTES)
+    while window < bdp:
+        carried_by_old += bdp - window
+        window *= 2
+    lead = overlap_lead_bytes(rate, rtt)
+    assert lead == pytest.approx(carried_by_old, rel=0.2)
+    assert overlap_lead_bytes(rate, rtt, margin=1.5) == pytest.approx(1.5 * lead, rel=0.01)

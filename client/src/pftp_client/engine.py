@@ -56,6 +56,8 @@ from pftp_client.tail import (
     Duplicate,
     LaneView,
     Steal,
+    begun_ahead_latency_s,
+    overlap_lead_bytes,
     plan_tail_move,
     pool_share,
 )
@@ -1222,8 +1224,7 @@ class DownloadEngine:
             # sooner than that, however soon the running range ends; a far flow
             # whose range was cut short by steals took the file's last bytes
             # from a near one and finished last)
-            rtt = self._path_rtt(flow)
-            free_in = max(left / rate, rtt + slow_start_s(rate, rtt)) if rate else None
+            free_in = begun_ahead_latency_s(left, rate, self._path_rtt(flow))
             move = self._plan_tail(flow, free_in_s=free_in)
             if not isinstance(move, Steal):
                 return "nothing"
@@ -1328,9 +1329,9 @@ class DownloadEngine:
         # (the next transfer's first byte comes a round trip after its request,
         # then it leaves slow start: begun this long ahead, it is up to speed
         # when the running one ends; sharing the mirror's link meanwhile)
-        flow.overlap_bytes = int(
-            rate * self.cfg.overlap_margin * (rtt + slow_start_s(rate, rtt))
-        ) if self.cfg.overlap else 0
+        flow.overlap_bytes = (
+            overlap_lead_bytes(rate, rtt, self.cfg.overlap_margin) if self.cfg.overlap else 0
+        )
         lead_s = max(
             self.cfg.spare_lead_s,
             self.cfg.monitor_interval_s + 0.5 + self.cfg.spare_lead_rtts * rtt,

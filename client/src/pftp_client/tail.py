@@ -26,6 +26,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pftp_wire.tcp_model import slow_start_s
+
 from pftp_client.pieces import PieceGrid
 
 # A split must shorten the expected finish by at least this factor to be worth
@@ -186,3 +188,26 @@ def pool_share(
     if split >= first[1] - rate:
         return None
     return split
+
+
+def begun_ahead_latency_s(left: int, rate: float | None, rtt_s: float) -> float | None:
+    """When a range begun ahead of a flow's running one (engine._queue_next) is up
+    to speed: once the running one's ``left`` bytes are in, but never sooner than
+    its own request's round trip and slow start, however soon that is. (Planned
+    with the time left alone, a far flow whose range had been cut short by steals
+    looked free at once, took the file's last bytes from a near flow and finished
+    last.) None without a rate."""
+    if not rate or rate <= 0:
+        return None
+    return max(left / rate, rtt_s + slow_start_s(rate, rtt_s))
+
+
+def overlap_lead_bytes(rate: float, rtt_s: float, margin: float = 1.0) -> int:
+    """Bytes of a running range left when the next range's transfer should begin
+    on a second connection to the same mirror: ``margin`` x the rate over a round
+    trip and the slow start. With 1.0 the link stays full and the two transfers
+    barely share it: the old one runs alone while the request travels, then
+    carries what the new one leaves while its window doubles (about one
+    bandwidth-delay product in log2(BDP / IW) round trips, tcp_model.slow_start_s).
+    See engine.EngineConfig.overlap_margin for what a longer share costs."""
+    return int(rate * margin * (rtt_s + slow_start_s(rate, rtt_s)))
