@@ -102,6 +102,8 @@ class MirrorServer:
     userinfo: str = ""  # "user:password@" when the server needs a login
     pids: list[int] = field(default_factory=list)  # listener processes (subprocess servers)
     ca_file: Path | None = None  # certificate to trust (https nginx)
+    # nginx: one line per request, "connection-number requests-on-it METHOD range"
+    access_log: Path | None = None
     _stop: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
@@ -465,7 +467,8 @@ pid {work}/nginx.pid;
 error_log {work}/error.log warn;
 events {{ worker_connections 256; }}
 http {{
-    access_log off;
+    log_format conn '$connection $connection_requests $request_method $http_range';
+    access_log {work}/access.log conn;
     sendfile on;
     keepalive_timeout 60;
     keepalive_requests 10000;
@@ -499,6 +502,7 @@ http {{
             "nginx", root, host, port, scheme="https" if tls else "http", pids=[proc.pid]
         )
         server.ca_file = work / "cert.pem" if tls else None
+        server.access_log = work / "access.log"
         server._stop = lambda: _kill_tree([proc.pid])
         return server
 

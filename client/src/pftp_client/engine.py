@@ -1329,8 +1329,13 @@ class DownloadEngine:
         # (the next transfer's first byte comes a round trip after its request,
         # then it leaves slow start: begun this long ahead, it is up to speed
         # when the running one ends; sharing the mirror's link meanwhile)
+        round_trips = getattr(fetcher, "ahead_round_trips", None)
         flow.overlap_bytes = (
-            overlap_lead_bytes(rate, rtt, self.cfg.overlap_margin) if self.cfg.overlap else 0
+            overlap_lead_bytes(
+                rate, rtt, self.cfg.overlap_margin, round_trips() if round_trips else 1
+            )
+            if self.cfg.overlap
+            else 0
         )
         lead_s = max(
             self.cfg.spare_lead_s,

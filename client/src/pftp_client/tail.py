@@ -202,12 +202,16 @@ def begun_ahead_latency_s(left: int, rate: float | None, rtt_s: float) -> float 
     return max(left / rate, rtt_s + slow_start_s(rate, rtt_s))
 
 
-def overlap_lead_bytes(rate: float, rtt_s: float, margin: float = 1.0) -> int:
+def overlap_lead_bytes(
+    rate: float, rtt_s: float, margin: float = 1.0, round_trips: int = 1
+) -> int:
     """Bytes of a running range left when the next range's transfer should begin
-    on a second connection to the same mirror: ``margin`` x the rate over a round
-    trip and the slow start. With 1.0 the link stays full and the two transfers
-    barely share it: the old one runs alone while the request travels, then
-    carries what the new one leaves while its window doubles (about one
-    bandwidth-delay product in log2(BDP / IW) round trips, tcp_model.slow_start_s).
-    See engine.EngineConfig.overlap_margin for what a longer share costs."""
-    return int(rate * margin * (rtt_s + slow_start_s(rate, rtt_s)))
+    on a second connection to the same mirror: ``margin`` x the rate over the
+    request's ``round_trips`` to its first byte (the transport's
+    ``ahead_round_trips``: one on a connection made ready ahead) and the slow
+    start. With 1.0 the link stays full and the two transfers barely share it:
+    the old one runs alone while the request travels, then carries what the new
+    one leaves while its window doubles (about one bandwidth-delay product in
+    log2(BDP / IW) round trips, tcp_model.slow_start_s). See
+    engine.EngineConfig.overlap_margin for what a longer share costs."""
+    return int(rate * margin * (round_trips * rtt_s + slow_start_s(rate, rtt_s)))

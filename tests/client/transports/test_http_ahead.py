@@ -7,6 +7,7 @@ nothing wrong."""
 from __future__ import annotations
 
 import functools
+import ssl
 import threading
 import time
 
@@ -38,7 +39,7 @@ def test_the_next_range_is_requested_before_this_one_ends(start_nginx) -> None:
     data = payload(3_000_000, seed=41)
     server.put("f.bin", data)
     with fetcher(server.url("f.bin", prefix="slow/")) as f:
-        assert f.keep_spare() is None and f.can_start_next()
+        assert f.can_start_next()
         sink = BeginsAhead(f, 100_000, 50_000, (1_000_000, 1_600_000))
         assert f.fetch(100_000, RangeEnd(500_000), sink, threading.Event()) == 400_000
         assert bytes(sink.data) == data[100_000:500_000] and sink.began == [True]
@@ -100,3 +101,41 @@ def test_reading_ahead_is_bounded_and_close_stops_it(nginx_server) -> None:
     finally:
         f.close()
     assert f._next is None and not f.can_start_next()
+
+
+def test_the_range_begun_ahead_goes_out_on_the_warm_spare_connection(start_nginx) -> None:
+    """keep_spare leaves a second connection idle in the pool (a HEAD on it): the
+    GET begun ahead then needs no handshake (one round trip to its first byte),
+    and the engine plans its lead with that."""
+    server = start_nginx(slow_rate="2m")
+    data = payload(3_000_000, seed=46)
+    server.put("f.bin", data)
+    with fetcher(server.url("f.bin", prefix="slow/")) as f:
+        assert f.ahead_round_trips() == 2  # nothing warm yet: handshake + request
+
+        class WarmsThenBegins(BeginsAhead):
+            def __call__(self, offset: int, block: memoryview, arrival_ns: int) -> None:
+                if not self.began and len(self.data) >= 20_000:
+                    f.keep_spare()  # (idempotent: one HEAD; begins once it is warm)
+                    if f.ahead_round_trips() == 1:
+                        self.at = 0
+                super().__call__(offset, block, arrival_ns)
+
+        sink = WarmsThenBegins(f, 0, 10**9, (1_000_000, 1_600_000))
+        assert f.fetch(0, RangeEnd(600_000), sink, threading.Event()) == 600_000
+        assert sink.began == [True]
+        assert fetch(f, 1_000_000, 1_600_000) == data[1_000_000:1_600_000]
+        assert f.overlapped == 1
+    log = [line.split() for line in server.access_log.read_text().splitlines()]
+    heads = [entry for entry in log if entry[2] == "HEAD"]
+    assert len(heads) == 1
+    ahead = next(entry for entry in log if entry[3:] == ["bytes=1000000-1599999"])
+    assert ahead[0] == heads[0][0]  # the same connection
+    assert int(ahead[1]) == int(heads[0][1]) + 1  # its next request
+
+
+def test_https_without_a_warm_spare_counts_the_tls_handshake(start_nginx) -> None:
+    server = start_nginx(tls=True)
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    with fetcher(server.url("f.bin"), verify=context) as f:
+        assert f.ahead_round_trips() == 3

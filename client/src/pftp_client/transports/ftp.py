@@ -1586,6 +1586,13 @@ class FtpFetcher:
             and spare is not None and spare.armed() and not self._closed
         )
 
+    def ahead_round_trips(self) -> int:
+        """Round trips from a start_next transfer's REST + RETR to its first byte:
+        one when the spare's data connection is already connected, else two (the
+        data connection's handshake travels with the commands)."""
+        spare = self._spare
+        return 1 if spare is not None and spare.data_ready is not None else 2
+
     def start_next(self, offset: int, end: int | None = None) -> bool:
         """Begin the next range's transfer (from ``offset``) on the spare now,
         while this range still runs; the next ``fetch`` at ``offset`` takes it

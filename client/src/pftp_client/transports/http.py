@@ -36,6 +36,11 @@ __all__ = ["HttpFetcher", "parse_content_range", "status_error"]
 # the fetch that takes it over; then TCP's flow control holds the server.
 AHEAD_BUFFER_BYTES = 4 * 1024 * 1024
 
+# Idle pooled connections are closed after this (httpx's default). A spare
+# connection warmed by keep_spare counts as ready for _WARM_FOR_S of it.
+_KEEPALIVE_EXPIRY_S = 5.0
+_WARM_FOR_S = 4.0
+
 _CONTENT_RANGE_RE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
 # Statuses where trying the same mirror again later may work.
 _TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504, 507, 509})
@@ -94,6 +99,7 @@ class HttpFetcher:
             timeout=httpx.Timeout(timeout, read=stall_timeout),
             # Ranges count bytes of the stored file, not of a compressed rendering.
             headers={"Accept-Encoding": "identity", "User-Agent": "pftp-client"},
+            limits=httpx.Limits(keepalive_expiry=_KEEPALIVE_EXPIRY_S),
         )
         self._validator: str | None = None  # strong ETag or Last-Modified, sent as If-Range
         self._total: int | None = None
@@ -102,6 +108,9 @@ class HttpFetcher:
         # The next range, begun on a second connection before this one ends.
         self._next: _NextRange | None = None
         self.overlapped = 0  # ranges begun ahead and taken over (reports and tests)
+        self._lock = threading.Lock()
+        self._warm_at = float("-inf")  # when keep_spare's HEAD left a connection idle
+        self._warming = False
 
     # ----------------------------------------------------------- public API
 
@@ -170,8 +179,39 @@ class HttpFetcher:
             return None
 
     def keep_spare(self) -> None:
-        """Nothing to prepare: a range begun ahead opens its own connection (the
-        client's pool keeps the one in use for the range that runs)."""
+        """Have a second connection open and idle in the client's pool (a HEAD on
+        it, from a thread) for the next range's GET (start_next): that GET's first
+        byte then comes one round trip after it instead of after a TCP (and TLS)
+        handshake too. The pool closes idle connections after
+        ``_KEEPALIVE_EXPIRY_S``; one older than ``_WARM_FOR_S`` is warmed again.
+        Idempotent, returns at once, thread-safe."""
+        with self._lock:
+            now = time.monotonic()
+            if self._closed or self._warming or now - self._warm_at < _WARM_FOR_S / 2:
+                return
+            self._warming = True
+        threading.Thread(target=self._warm, name="pftp-http-spare", daemon=True).start()
+
+    def _warm(self) -> None:
+        try:
+            resp = self._client.head(self.url)
+            if resp.headers.get("Connection", "").lower() != "close":  # (any status)
+                with self._lock:
+                    self._warm_at = time.monotonic()
+        except httpx.HTTPError as exc:  # (the GET begun ahead connects itself)
+            from pftp_client.lazy import LazyLogger
+
+            LazyLogger(__name__).info("%s: no warm spare connection (%s)", self.url, exc)
+        finally:
+            with self._lock:
+                self._warming = False
+
+    def ahead_round_trips(self) -> int:
+        """Round trips from a start_next GET to its first byte: one on the warm
+        spare (keep_spare), else a handshake too (two with TLS)."""
+        if time.monotonic() - self._warm_at < _WARM_FOR_S:
+            return 1
+        return 3 if self.url[:6].lower() == "https:" else 2
 
     def can_start_next(self) -> bool:
         return self._next is None and not self._closed
