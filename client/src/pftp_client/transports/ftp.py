@@ -252,6 +252,11 @@ class _Control:
         except OSError as exc:
             raise _ControlLost(f"sending {commands[0].split()[0]}: {exc}") from exc
 
+    def replies_due(self, n: int) -> None:
+        """The last batch's ``n`` replies are all still due (its commands went out
+        before the greeting, which ``reply`` counted as one of them)."""
+        self._batch = self._unanswered = n
+
     def _lost(self, message: str, *, timed_out: bool) -> _ControlLost:
         pending = self._batch > 1 and self._unanswered > 0
         partly = self._unanswered < self._batch
@@ -997,6 +1002,7 @@ class FtpFetcher:
             if batch:  # (already sent: start over on a new connection)
                 raise _ControlLost("pipelined login to a server that mishandles it")
         if batch:
+            ctrl.replies_due(len(batch))
             self._read_login_batch(ctrl, batch, user)
             return
         reply = ctrl.command(f"USER {user}")
