@@ -108,6 +108,9 @@ def mirror_urls(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
 # transfer's first byte. A verdict needs a few round trips of data (lead.py); on
 # a long path none comes in time, and the engine decides as it always does.
 _VERDICT_WAIT_S = 0.05
+# The mirrors given a head start. HTTP's fetcher (httpx) is imported in the probe
+# threads: ~0.1 s of imports, which download() would load anyway before its probes.
+_HEAD_START_SCHEMES = ("ftp://", "http://", "https://")
 # A transfer started on a guess (an offset past 0) holds at most this much unread.
 _GUESS_BUFFER_BYTES = 1024 * 1024
 # REST checked from the data (EarlyProbe._start_at): equal first bytes over this
@@ -157,10 +160,16 @@ class EarlyProbe:
     def _probe(self) -> tuple[str, Any, int | None, str]:
         # The same steps as download._start_probes, with the same outcomes.
         from pftp_client.transports.base import TransferError
-        from pftp_client.transports.ftp import FtpFetcher
 
         try:
-            f = FtpFetcher(self.url, timeout=self.timeout)
+            if self.url[:6].lower() == "ftp://":
+                from pftp_client.transports.ftp import FtpFetcher
+
+                f = FtpFetcher(self.url, timeout=self.timeout)
+            else:  # (http, https: HttpFetcher, with what fetcher_for_url checks)
+                from pftp_client.transports.registry import fetcher_for_url
+
+                f = fetcher_for_url(self.url, timeout=self.timeout)
         except (TransferError, ValueError, OSError) as exc:
             return self.url, None, None, str(exc)
         try:
@@ -382,7 +391,7 @@ def start(argv: Sequence[str]) -> int:
     with _lock:
         leader: EarlyProbe | None = None
         for url in urls:
-            if url in _probes or not url.lower().startswith("ftp://"):
+            if url in _probes or not url.lower().startswith(_HEAD_START_SCHEMES):
                 continue  # (a malformed URL fails in its probe, as in download()'s)
             slot = mirrors.index(url) if url in mirrors else None
             probe = _launch(EarlyProbe(url, DEFAULT_TIMEOUT_S, slot, len(mirrors), leader))
@@ -405,10 +414,12 @@ def start_portions(portions: Sequence[tuple[str, int]], timeout: float) -> list[
     """For a coordinator's plan: connect to each FTP mirror and start its transfer at
     the start of its portion ((url, start) pairs), while the engine's modules load.
     download() hands each to the flow that asks for that mirror (``take``)."""
-    ftp = sorted((start, url) for url, start in portions if url.lower().startswith("ftp://"))
+    ours = sorted(
+        (start, url) for url, start in portions if url.lower().startswith(_HEAD_START_SCHEMES)
+    )
     probes: list[EarlyProbe] = []
     with _lock:
-        for start, url in ftp:
+        for start, url in ours:
             # the portion at 0, started first, lets the others check REST from
             # their data (_start_at)
             leader = probes[0] if probes and probes[0].at == 0 else None

@@ -992,7 +992,9 @@ class DownloadEngine:
         if now - mark[0] < self.cfg.top_up_window_s:
             return None
         self._top_up_mark = (now, total)
-        return (total - mark[1]) / (now - mark[0])
+        # (short over the round and over the aggregate's window both: a server that
+        # sends in bursts, pyftpdlib's throttle, left whole rounds empty)
+        return max((total - mark[1]) / (now - mark[0]), self._aggregate.rate(now) or 0.0)
 
     def _work_left_s(self, rate_Bps: float) -> float:
         """Seconds of work left at ``rate_Bps`` (the bytes not yet in place)."""

@@ -127,7 +127,8 @@ class HttpFetcher:
         nxt, self._next = self._next, None
         if nxt is not None:
             if nxt.offset == offset:
-                self.overlapped += 1
+                if not nxt.head:
+                    self.overlapped += 1
                 return self._take_next(nxt, end, sink, cancel)
             nxt.stop()  # (the engine went elsewhere: not expected)
         pos = offset
@@ -153,8 +154,9 @@ class HttpFetcher:
             raise PrematureEnd(f"{self.url}: body ended at byte {pos} before {end.value}")
         return pos - offset
 
-    def _range_headers(self, offset: int, last: int) -> dict[str, str]:
-        headers = {"Range": f"bytes={offset}-{last}"}
+    def _range_headers(self, offset: int, last: int | None) -> dict[str, str]:
+        """``last`` None: to the end of the file (a head start, the size unknown)."""
+        headers = {"Range": f"bytes={offset}-{'' if last is None else last}"}
         if self._validator:
             headers["If-Range"] = self._validator
         return headers
@@ -213,6 +215,42 @@ class HttpFetcher:
             return 1
         return 3 if self.url[:6].lower() == "https:" else 2
 
+    # ------------------------------------------------------- head start
+
+    def start_head(
+        self, offset: int = 0, limit: int = AHEAD_BUFFER_BYTES, *, rest_checked_later: bool = False
+    ) -> None:
+        """Begin the transfer from ``offset`` to the end of the file now, ahead of its
+        fetch (pftp_client.early, as FtpFetcher.start_head): up to ``limit`` bytes
+        are read into memory until the first ``fetch`` at that offset takes it over.
+        Its response is checked like any other (206 from that offset) before a byte
+        is delivered, and its Content-Range total answers ``size`` (no HEAD).
+        ``rest_checked_later`` is for FTP (HTTP checks every range)."""
+        if self._next is None and not self._closed:
+            self._next = _NextRange(self, offset, None, limit, head=True)
+
+    def head_progress(self) -> tuple[float, list[tuple[float, int]], float | None] | None:
+        """While a head transfer waits for its fetch: (time.monotonic() of its GET,
+        [(arrival time, bytes so far)], the path's RTT or None); None otherwise
+        (lead.judge_start reads it, as FtpFetcher.head_progress). Thread-safe."""
+        nxt = self._next
+        if nxt is None or not nxt.head or nxt.claimed:
+            return None
+        return nxt.requested_at, nxt.arrivals(), self.path_rtt()
+
+    def head_bytes(self, limit: int) -> tuple[bytes, bool] | None:
+        """FTP mirrors compare their first bytes with the leader's to check REST;
+        an HTTP leader keeps none (they then check REST by a probe)."""
+        return None
+
+    @property
+    def rest_honoured(self) -> bool:
+        """Every HTTP range is checked from its response (206 and Content-Range)."""
+        return True
+
+    def prepare(self, cancel: threading.Event) -> None:
+        """Nothing to do ahead of the first range (FTP checks REST here)."""
+
     def can_start_next(self) -> bool:
         return self._next is None and not self._closed
 
@@ -232,6 +270,7 @@ class HttpFetcher:
     ) -> int:
         """``fetch`` of a range begun ahead: its reader thread's chunks, in order."""
         pos = offset = nxt.offset
+        nxt.claimed = True
         try:
             while pos < end.value:
                 if cancel.is_set() or self._closed:
@@ -281,9 +320,13 @@ class HttpFetcher:
             return Cancelled(f"{self.url}: fetcher closed during transfer")
         return TransientError(f"{self.url}: {type(exc).__name__}: {exc}")
 
-    def size(self) -> int | None:
+    def size(self, *, passive: bool = False) -> int | None:
         """Content-Length from HEAD (or the total of a one-byte ranged GET when
-        HEAD is refused); None when the server does not say."""
+        HEAD is refused); None when the server does not say. With a head transfer
+        started, its response's total answers (``passive`` is for FTP)."""
+        nxt = self._next
+        if self._total is None and nxt is not None and nxt.head:
+            nxt.checked.wait(self._client.timeout.connect or 30.0)
         if self._total is not None:
             return self._total
         try:
@@ -370,8 +413,17 @@ class _NextRange:
     ahead of the fetch that takes them; then ``None`` (body complete) or the
     exception that ended it."""
 
-    def __init__(self, fetcher: HttpFetcher, offset: int, end: int) -> None:
+    def __init__(
+        self, fetcher: HttpFetcher, offset: int, end: int | None,
+        limit: int = AHEAD_BUFFER_BYTES, *, head: bool = False,
+    ) -> None:
         self.offset = offset
+        self.limit = limit
+        self.head = head  # a head start (start_head): to the end of the file
+        self.requested_at = time.monotonic()
+        self.checked = threading.Event()  # its response was checked (or failed)
+        self.claimed = False  # a fetch took it over
+        self._arrivals: list[tuple[float, int]] = []  # (time, bytes so far), heads only
         self.chunks: queue.Queue[tuple[bytes, int] | BaseException | None] = queue.Queue()
         self._room = threading.Semaphore(0)
         self._queued = 0
@@ -382,26 +434,47 @@ class _NextRange:
         )
         self._thread.start()
 
-    def _run(self, fetcher: HttpFetcher, end: int) -> None:
-        headers = fetcher._range_headers(self.offset, end - 1)
+    def _run(self, fetcher: HttpFetcher, end: int | None) -> None:
+        headers = fetcher._range_headers(self.offset, None if end is None else end - 1)
+        got = 0
         try:
             with fetcher._client.stream("GET", fetcher.url, headers=headers) as resp:
-                fetcher._check_response(resp, self.offset)
-                fetcher._keep_socket(resp)  # (this connection carries the flow next)
+                try:
+                    fetcher._check_response(resp, self.offset)
+                    fetcher._keep_socket(resp)  # (this connection carries the flow next)
+                finally:
+                    self.checked.set()
                 for chunk in resp.iter_raw():
                     if self._stopped.is_set():
                         return  # (leaving the block closes the unfinished response)
-                    self.chunks.put((chunk, time.monotonic_ns()))
+                    arrival = time.monotonic_ns()
+                    self.chunks.put((chunk, arrival))
+                    got += len(chunk)
                     with self._lock:
                         self._queued += len(chunk)
-                        full = self._queued >= AHEAD_BUFFER_BYTES
+                        full = self._queued >= self.limit
+                        if self.head and not self.claimed:
+                            self._note_arrival(arrival / 1e9, got)
                     while full and not self._stopped.is_set():
                         self._room.acquire(timeout=0.25)
                         with self._lock:
-                            full = self._queued >= AHEAD_BUFFER_BYTES
+                            full = self._queued >= self.limit
             self.chunks.put(None)
         except BaseException as exc:  # (handed to the fetch, which raises it)
+            self.checked.set()
             self.chunks.put(exc)
+
+    def _note_arrival(self, t: float, got: int, min_gap_s: float = 0.005) -> None:
+        """Lock held: a (time, bytes so far) sample, at most every ``min_gap_s``
+        (the lead start's verdict needs a few per round trip, not one per chunk)."""
+        if self._arrivals and t - self._arrivals[-1][0] < min_gap_s:
+            self._arrivals[-1] = (self._arrivals[-1][0], got)
+        else:
+            self._arrivals.append((t, got))
+
+    def arrivals(self) -> list[tuple[float, int]]:
+        with self._lock:
+            return list(self._arrivals)
 
     def taken(self, n: int) -> None:
         with self._lock:
