@@ -3,23 +3,26 @@
 # the peer download tools. Idempotent; does nothing without root (lab tests then
 # skip with a message saying so).
 #
-# vsftpd and pure-ftpd both declare `Conflicts: ftp-server`: installing one with
-# apt removes the other (and the `ftp` user with it). So neither is installed
+# vsftpd, pure-ftpd and proftpd-core all declare `Conflicts: ftp-server`: installing
+# one with apt removes the others (and the `ftp` user with it). So none is installed
 # with apt here: their .debs are unpacked under /opt/pftp-lab/<pkg> (pftp_lab looks
 # there first) and only their shared libraries come from apt.
 set -euo pipefail
 pkgs=(nginx aria2 axel lftp iperf3 iproute2 chromium curl iputils-ping wrk ethtool gcc)
 bins=(nginx aria2c axel lftp iperf3 ip chromium curl ping wrk ethtool gcc)
-ftp_pkgs=(vsftpd pure-ftpd)
-ftp_libs=(libcap2 libpam0g libssl3 libwrap0 libsodium23 libcrypt1)
+ftp_pkgs=(vsftpd pure-ftpd proftpd-core)
+ftp_bins=(vsftpd pure-ftpd proftpd)
+ftp_libs=(libcap2 libpam0g libssl3 libwrap0 libsodium23 libcrypt1
+  libacl1 libhiredis0.14 libmemcached11 libmemcachedutil2 libpcre2-posix3 libncursesw6)
 lab_opt=/opt/pftp-lab
 missing=()
 for i in "${!pkgs[@]}"; do
   command -v "${bins[$i]}" >/dev/null 2>&1 || [ -x "/usr/sbin/${bins[$i]}" ] || missing+=("${pkgs[$i]}")
 done
 missing_ftp=()
-for p in "${ftp_pkgs[@]}"; do
-  [ -x "$lab_opt/$p/usr/sbin/$p" ] || missing_ftp+=("$p")
+for i in "${!ftp_pkgs[@]}"; do
+  p=${ftp_pkgs[$i]}
+  [ -x "$lab_opt/$p/usr/sbin/${ftp_bins[$i]}" ] || missing_ftp+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && [ ${#missing_ftp[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then

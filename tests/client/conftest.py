@@ -1,5 +1,5 @@
-"""Real FTP/HTTP servers for client tests: pyftpdlib in a thread, vsftpd, pure-ftpd
-and nginx as subprocesses on loopback with ephemeral ports and configs in tmp_path.
+"""Real FTP/HTTP servers for client tests: pyftpdlib in a thread, vsftpd, pure-ftpd,
+proftpd and nginx as subprocesses on loopback with ephemeral ports and configs in tmp_path.
 
 Fixtures (each yields a ``MirrorServer`` with ``root``, ``base_url``, ``url(name)``,
 ``put(name, data)`` and ``kill()``):
@@ -9,12 +9,13 @@ Fixtures (each yields a ``MirrorServer`` with ``root``, ``base_url``, ``url(name
 - ``pureftpd_server``: pure-ftpd with a virtual user; ``base_url`` carries the
   credentials (``ftp://tr:...@127.0.0.1:port/``) because anonymous pure-ftpd
   needs the system user ``ftp``, which comes and goes with Debian's FTP packages.
+- ``proftpd_server``: proftpd, anonymous (an <Anonymous> block naming the root).
 - ``nginx_server``: nginx with Range support at ``/``; ``/norange/`` serves the same
   root but ignores Range (``max_ranges 0``, answers 200); ``/slow/`` is throttled.
 
 Factories for custom setups (shared root between mirrors, throttling, quirky
 handlers, IPv6): ``start_pyftpd``, ``start_vsftpd``, ``start_pureftpd``,
-``start_nginx`` (``tls=True``: https with a fresh self-signed certificate in
+``start_proftpd``, ``start_nginx`` (``tls=True``: https with a fresh self-signed certificate in
 ``server.ca_file``). ``ipv6_loopback`` gives "::1" or skips, saying why.
 Everything started is killed at teardown, also on failure.
 """
@@ -26,6 +27,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -36,12 +38,12 @@ from typing import Any
 
 import psutil
 import pytest
-from pftp_lab.servers import pureftpd_user_argv, vsftpd_plain_conf
+from pftp_lab.servers import PROFTPD_PACKAGE, proftpd_conf, pureftpd_user_argv, vsftpd_plain_conf
 
 LOOPBACK = "127.0.0.1"
 _STARTUP_TIMEOUT = 20.0
-# Where scripts/install-system-deps.sh unpacks the two FTP servers: Debian declares
-# vsftpd and pure-ftpd as conflicting, so apt can never have both installed.
+# Where scripts/install-system-deps.sh unpacks the FTP servers: Debian declares vsftpd,
+# pure-ftpd and proftpd as conflicting, so apt can never have two installed.
 _UNPACKED = (Path(os.environ.get("PFTP_LAB_OPT", "/opt/pftp-lab")), Path("/opt/pftp-servers"))
 
 
@@ -193,6 +195,16 @@ def _make_root(tmp_path: Path, name: str) -> Path:
     for p in (tmp_path, root):
         p.chmod(0o755)
     return root
+
+
+def _traversable(path: Path) -> None:
+    """Let others search every directory above ``path`` (o+x, not read): proftpd
+    checks the anonymous root as nobody before it chroots there, and pytest makes its
+    base temp directories 0700."""
+    for d in path.parents:
+        mode = d.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            d.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
 
 
 class _Spawner:
@@ -421,6 +433,38 @@ def start_pureftpd(tmp_path: Path, _spawner: _Spawner) -> Callable[..., MirrorSe
 @pytest.fixture
 def pureftpd_server(start_pureftpd: Callable[..., MirrorServer]) -> MirrorServer:
     return start_pureftpd()
+
+
+# -------------------------------------------------------------------- proftpd
+
+
+@pytest.fixture
+def start_proftpd(tmp_path: Path, _spawner: _Spawner) -> Callable[..., MirrorServer]:
+    """``start_proftpd(root=..., host=..., **directives)``, e.g.
+    ``TransferRate="RETR 200"`` (KB/s) or ``AllowRetrieveRestart="off"``."""
+    binary = find_server_binary(PROFTPD_PACKAGE, "proftpd")
+
+    def start(root: Path | None = None, host: str = LOOPBACK, **extra: str) -> MirrorServer:
+        if binary is None:
+            pytest.skip("proftpd not installed (run `make system-deps`)")
+        work = _spawner.workdir("proftpd")
+        root = root or _make_root(tmp_path, f"proftpd-root-{_spawner.count}")
+        _traversable(root)
+        port = free_port(host)
+        conf_file = work / "proftpd.conf"
+        conf_file.write_text(proftpd_conf(root, work, host, port, pasv_range(), extra))
+        proc = _spawner.spawn([binary, "-n", "-q", "-c", str(conf_file)], host, port,
+                              work / "stdout.log")
+        server = MirrorServer("proftpd", root, host, port, pids=[proc.pid])
+        server._stop = lambda: _kill_tree([proc.pid])
+        return server
+
+    return start
+
+
+@pytest.fixture
+def proftpd_server(start_proftpd: Callable[..., MirrorServer]) -> MirrorServer:
+    return start_proftpd()
 
 
 # ---------------------------------------------------------------------- nginx

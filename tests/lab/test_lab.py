@@ -53,7 +53,7 @@ def test_rejects_bad_specs_before_touching_anything() -> None:
     with pytest.raises(LabError, match="at least one mirror"):
         Lab([], files={"f": b"x"})
     with pytest.raises(LabError, match="unknown kind"):
-        Lab([MirrorSpec(kind="proftpd")], files={"f": b"x"})
+        Lab([MirrorSpec(kind="wu-ftpd")], files={"f": b"x"})
     with pytest.raises(LabError, match="unknown bottleneck"):
         Lab([MirrorSpec(bottleneck="nope")], files={"f": b"x"})
     with pytest.raises(LabError, match="plain names"):
@@ -169,7 +169,7 @@ def test_access_link_caps_the_aggregate(data, tmp_path: Path) -> None:
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("kind", ["vsftpd", "pure-ftpd"])
+@pytest.mark.parametrize("kind", ["vsftpd", "pure-ftpd", "proftpd"])
 def test_kill_ends_transfers_in_flight_and_restart_serves_again(kind, data, tmp_path: Path
                                                                  ) -> None:
     path, digest = data

@@ -1,4 +1,4 @@
-"""Real vsftpd / pure-ftpd / pyftpdlib fixtures for the server tests.
+"""Real vsftpd / pure-ftpd / proftpd / pyftpdlib fixtures for the server tests.
 
 The fixtures live in ``tests/client/conftest.py`` (one definition of how each real
 server is started and killed). That file is a conftest, not an importable module, so
@@ -34,3 +34,4 @@ _spawner = _servers._spawner
 start_pyftpd = _servers.start_pyftpd
 start_vsftpd = _servers.start_vsftpd
 start_pureftpd = _servers.start_pureftpd
+start_proftpd = _servers.start_proftpd

@@ -1,5 +1,5 @@
-"""The ranged-read probe and the replica scanner against real vsftpd, pure-ftpd and
-pyftpdlib on loopback (fixtures from tests/client/conftest.py, see conftest.py here).
+"""The ranged-read probe and the replica scanner against real vsftpd, pure-ftpd, proftpd
+and pyftpdlib on loopback (fixtures from tests/client/conftest.py, see conftest.py here).
 
 pure-ftpd is the awkward one: it answers RETR with ``150-Accepted data connection``
 + ``150 4096.0 kbytes to download`` and, after a hang-up, with another
@@ -22,14 +22,13 @@ from pftp_coordinator.probes.throughput import ProbeError, ftp_ranged_read
 from pftp_coordinator.scans.ftp import scan_ftp
 
 SIZE = 3 * 1024 * 1024 + 123
-KINDS = ["vsftpd", "pure-ftpd", "pyftpdlib"]
+KINDS = ["vsftpd", "pure-ftpd", "proftpd", "pyftpdlib"]
 
 
 @pytest.fixture
-def start_server(request, start_vsftpd, start_pureftpd, start_pyftpd) -> Callable:
-    return {"vsftpd": start_vsftpd, "pure-ftpd": start_pureftpd, "pyftpdlib": start_pyftpd}[
-        request.param
-    ]
+def start_server(request, start_vsftpd, start_pureftpd, start_proftpd, start_pyftpd) -> Callable:
+    return {"vsftpd": start_vsftpd, "pure-ftpd": start_pureftpd, "proftpd": start_proftpd,
+            "pyftpdlib": start_pyftpd}[request.param]
 
 
 def _sessions_end(server, timeout_s: float = 30.0) -> bool:
@@ -79,7 +78,7 @@ def test_ranged_read_exact_bytes_and_clean_end(start_server, caplog):
     assert _sessions_end(server), f"{server.kind} kept sessions: {server.session_pids()}"
 
 
-@pytest.mark.parametrize("start_server", ["vsftpd", "pure-ftpd"], indirect=True)
+@pytest.mark.parametrize("start_server", ["vsftpd", "pure-ftpd", "proftpd"], indirect=True)
 def test_ranged_read_leaves_the_server_usable(start_server):
     """After a probe that hung up early, an ordinary client gets the right bytes."""
     server = start_server()

@@ -1,4 +1,5 @@
-"""Configs and command lines of the real servers a lab mirror runs: vsftpd, pure-ftpd, nginx.
+"""Configs and command lines of the real servers a lab mirror runs: vsftpd, pure-ftpd, proftpd,
+nginx.
 
 Pure functions: each returns the argv to run inside the mirror's namespace (after writing its
 config under `conf_dir`). Starting, tracking and killing the processes is topology.py's job.
@@ -6,19 +7,22 @@ config under `conf_dir`). Starting, tracking and killing the processes is topolo
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import shlex
 import subprocess
 from pathlib import Path
 
 from .netns import LabError, find_tool
 
-FTP_KINDS = ("vsftpd", "pure-ftpd")
+FTP_KINDS = ("vsftpd", "pure-ftpd", "proftpd")
 PASV_PORTS = (30000, 30999)
 
-# Debian's vsftpd and pure-ftpd both declare Conflicts: ftp-server, so installing one with apt
-# removes the other (and the `ftp` user); scripts/install-system-deps.sh unpacks both .debs
-# under /opt/pftp-lab instead, which is looked at first.
+# Debian's vsftpd, pure-ftpd and proftpd-core all declare Conflicts: ftp-server, so installing
+# one with apt removes the others (and the `ftp` user); scripts/install-system-deps.sh unpacks
+# the .debs under /opt/pftp-lab/<package> instead, which is looked at first.
+PROFTPD_PACKAGE = "proftpd-core"
 LAB_OPT = Path(os.environ.get("PFTP_LAB_OPT", "/opt/pftp-lab"))
 
 
@@ -187,6 +191,66 @@ def pureftpd_user_argv(
     ]
 
 
+def proftpd_conf(
+    root: Path, work: Path, host: str, port: int, pasv: tuple[int, int],
+    extra: dict[str, str] | None = None,
+) -> str:
+    """proftpd.conf for a standalone server serving `root` anonymously and read-only.
+
+    The <Anonymous> block names its directory, so no system `ftp` user is needed: sessions
+    run as nobody, chrooted to `root` (which nobody must be able to read). No PAM, no
+    wtmp, no reverse DNS, no mod_delay (it would pad every login by design). `extra`
+    adds or replaces top-level directives, e.g. ``{"TransferRate": "RETR 200"}``.
+    """
+    nobody = pwd.getpwuid(65534).pw_name
+    nogroup = grp.getgrgid(65534).gr_name
+    v6 = ":" in host
+    top = {
+        "ServerName": '"pftp lab"',
+        "ServerType": "standalone",
+        "Port": str(port),
+        "DefaultAddress": host,
+        "SocketBindTight": "on",
+        "UseIPv6": "on" if v6 else "off",
+        "User": nobody,
+        "Group": nogroup,
+        "PidFile": str(work / "proftpd.pid"),
+        "ScoreboardFile": str(work / "proftpd.scoreboard"),
+        "DelayEngine": "off",
+        "WtmpLog": "off",
+        "UseReverseDNS": "off",
+        "PassivePorts": f"{pasv[0]} {pasv[1]}",
+        "MaxInstances": "500",
+        "TransferLog": "NONE",
+        "SystemLog": str(work / "proftpd.log"),
+        "RequireValidShell": "off",
+        "AuthPAM": "off",
+        "AuthOrder": "mod_auth_unix.c",
+        "TimeoutIdle": "120",
+        **(extra or {}),
+    }
+    lines = [f"{k} {v}" for k, v in top.items()]
+    lines += [
+        f"<Anonymous {root}>",
+        f"  User {nobody}",
+        f"  Group {nogroup}",
+        f"  UserAlias anonymous {nobody}",
+        "  RequireValidShell off",
+        "  <Limit WRITE>",
+        "    DenyAll",
+        "  </Limit>",
+        "</Anonymous>",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def proftpd_argv(conf_dir: Path, root: Path, addr: str, port: int = 21) -> list[str]:
+    """proftpd serving `root` anonymously, read-only, in the foreground (-n)."""
+    conf = conf_dir / "proftpd.conf"
+    conf.write_text(proftpd_conf(root, conf_dir, addr, port, PASV_PORTS))
+    return [_tool("proftpd", PROFTPD_PACKAGE), "-n", "-q", "-c", str(conf)]
+
+
 def nginx_argv(conf_dir: Path, root: Path, addr: str, port: int = 80) -> list[str]:
     """nginx serving `root` over HTTP (Range supported), in the foreground."""
     binary = _tool("nginx")
@@ -228,4 +292,6 @@ def ftp_argv(kind: str, conf_dir: Path, root: Path, addr: str, port: int = 21) -
         return vsftpd_argv(conf_dir, root, addr, port)
     if kind == "pure-ftpd":
         return pureftpd_argv(conf_dir, root, addr, port)
+    if kind == "proftpd":
+        return proftpd_argv(conf_dir, root, addr, port)
     raise LabError(f"unknown FTP server kind {kind!r}; choose one of {', '.join(FTP_KINDS)}")

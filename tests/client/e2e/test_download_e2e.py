@@ -642,15 +642,18 @@ def test_access_link_parkings_go_one_at_a_time(tmp_path, ftp_mirrors, canned_coo
     assert "parked" in by["m1"].events and "parked" not in by["m2"].events
 
 
-def test_real_servers_vsftpd_pureftpd_nginx(tmp_path, vsftpd_server, pureftpd_server, nginx_server):
+def test_real_servers_vsftpd_pureftpd_proftpd_nginx(
+    tmp_path, vsftpd_server, pureftpd_server, proftpd_server, nginx_server
+):
     """The engine over the Debian servers (fixtures from tests/client/conftest.py),
     including an nginx location that ignores Range (answers 200)."""
     data = os.urandom(5 * 1024 * 1024 + 321)
-    for srv in (vsftpd_server, pureftpd_server, nginx_server):
+    for srv in (vsftpd_server, pureftpd_server, proftpd_server, nginx_server):
         srv.put("real.bin", data)
     urls = [
         vsftpd_server.url("real.bin"),
         pureftpd_server.url("real.bin"),
+        proftpd_server.url("real.bin"),
         nginx_server.url("real.bin"),
         nginx_server.url("real.bin", prefix="norange/"),
     ]
@@ -659,6 +662,30 @@ def test_real_servers_vsftpd_pureftpd_nginx(tmp_path, vsftpd_server, pureftpd_se
     _assert_clean(target, data)
     assert sum(m.bytes for m in s.mirrors) == len(data)
     print({m.name: (m.bytes, m.state, m.events) for m in s.mirrors})
+
+
+def test_a_proftpd_mirror_that_refuses_restarts(tmp_path, start_proftpd):
+    """proftpd with AllowRetrieveRestart off accepts REST, then refuses RETR with a
+    451 "Restart not permitted, try again": the mirror is given up at once (a range
+    refusal, not a transient error to retry with backoff) and the others serve its
+    portion; nothing it sent is written."""
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    good = start_proftpd()
+    good.put("f.bin", data)
+    refusing = start_proftpd(AllowRetrieveRestart="off")
+    refusing.put("f.bin", data)
+    s = download(
+        mirrors=[good.url("f.bin"), refusing.url("f.bin")],
+        output=tmp_path / "f.bin",
+        sha256=sha256_hex(data),
+        config=FAST,
+    )
+    _assert_clean(tmp_path / "f.bin", data)
+    by = {m.url: m for m in s.mirrors}
+    assert by[refusing.url("f.bin")].bytes == 0
+    assert "failed" in by[refusing.url("f.bin")].events
+    assert "retry" not in by[refusing.url("f.bin")].events
+    assert by[good.url("f.bin")].bytes == len(data)
 
 
 def test_large_file_blocks_dealt_in_rounds(tmp_path, ftp_mirrors):

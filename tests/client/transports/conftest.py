@@ -12,7 +12,7 @@ from .helpers import FTP_SERVERS
 
 @pytest.fixture(params=FTP_SERVERS)
 def ftp_server(request):
-    """Each test runs against pyftpdlib, vsftpd and pure-ftpd."""
+    """Each test runs against pyftpdlib, vsftpd, pure-ftpd and proftpd."""
     return request.getfixturevalue(request.param)
 
 

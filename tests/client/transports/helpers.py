@@ -7,7 +7,7 @@ import threading
 
 from pftp_client.transports.base import RangeEnd, RangeFetcher
 
-FTP_SERVERS = ["pyftpd_server", "vsftpd_server", "pureftpd_server"]
+FTP_SERVERS = ["pyftpd_server", "vsftpd_server", "pureftpd_server", "proftpd_server"]
 SIZES = [0, 1, 7, 65_537, 3_000_017]
 
 

@@ -1,4 +1,4 @@
-"""FtpFetcher against real servers: pyftpdlib (in a thread), vsftpd and pure-ftpd."""
+"""FtpFetcher against real servers: pyftpdlib (in a thread), vsftpd, pure-ftpd and proftpd."""
 
 from __future__ import annotations
 
@@ -313,11 +313,13 @@ def killed_mid_transfer(server, data: bytes, offset: int) -> tuple[Exception, by
     return caught[0], bytes(sink.data)
 
 
-@pytest.mark.parametrize("kind", ["vsftpd", "pyftpd"])
-def test_server_killed_mid_transfer(kind, start_vsftpd, start_pyftpd) -> None:
+@pytest.mark.parametrize("kind", ["vsftpd", "proftpd", "pyftpd"])
+def test_server_killed_mid_transfer(kind, start_vsftpd, start_proftpd, start_pyftpd) -> None:
     data = payload(20_000_000, seed=5)
     if kind == "vsftpd":
         server = start_vsftpd(anon_max_rate=1_000_000)
+    elif kind == "proftpd":
+        server = start_proftpd(TransferRate="RETR 1000")  # KB/s
     else:
 
         class Slow(ThrottledDTPHandler):
@@ -460,9 +462,10 @@ def test_absolute_and_encoded_paths(pyftpd_server) -> None:
         assert fetch(f, 0, 10) == data[:10]
 
 
-@pytest.mark.parametrize("kind", ["pyftpd", "vsftpd"])
-def test_ipv6_loopback(kind, start_pyftpd, start_vsftpd, ipv6_loopback) -> None:
-    server = (start_pyftpd if kind == "pyftpd" else start_vsftpd)(host=ipv6_loopback)
+@pytest.mark.parametrize("kind", ["pyftpd", "vsftpd", "proftpd"])
+def test_ipv6_loopback(kind, start_pyftpd, start_vsftpd, start_proftpd, ipv6_loopback) -> None:
+    start = {"pyftpd": start_pyftpd, "vsftpd": start_vsftpd, "proftpd": start_proftpd}[kind]
+    server = start(host=ipv6_loopback)
     assert server.base_url.startswith("ftp://[::1]:")
     data = payload(300_000)
     server.put("f.bin", data)

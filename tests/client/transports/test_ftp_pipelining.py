@@ -1,4 +1,5 @@
-"""FtpFetcher's pipelined commands against real servers (pyftpdlib, vsftpd, pure-ftpd).
+"""FtpFetcher's pipelined commands against real servers (pyftpdlib, vsftpd, pure-ftpd,
+proftpd).
 
 What is checked: the commands really travel together (seen by a relay in front of
 the server, ``pftp_lab.ftp_proxy``), every reply is paired with its command on the
@@ -235,6 +236,29 @@ def test_missing_file_then_created(ftp_server) -> None:
         assert f.size() == len(data)
         assert fetch(f, 0, 10) == data[:10]
         assert fetch(f, 100, 50_000) == data[100:]
+        assert f.reconnects == 0
+
+
+class PassivePortNobodyListensOn(FTPHandler):
+    """Its EPSV names a port nobody listens on, as when proftpd, refusing RETR, closes
+    its passive port with our connection still in its backlog (a reset)."""
+
+    def ftp_EPSV(self, line: str) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.respond(f"229 Entering extended passive mode (|||{port}|).")
+
+
+def test_retr_refused_while_its_data_connection_failed(start_pyftpd) -> None:
+    """The data connection fails, but RETR's own answer (550) explains it: the file
+    is reported missing and the control connection kept, not dropped and retried."""
+    server = start_pyftpd(handler=PassivePortNobodyListensOn)
+    server.put("other.bin", b"x")
+    with fetcher(server.url("late.bin")) as f:
+        for _ in range(2):
+            with pytest.raises(PermanentError, match="not found"):
+                fetch(f, 0, 10)
         assert f.reconnects == 0
 
 

@@ -114,3 +114,26 @@ def test_an_even_start_over_http_starts_every_mirror_at_its_block(
         head = f"bytes={offset}-"
         assert ranges.count(head) == 1
         assert not [r for r in ranges if r.startswith(head) and r != head]  # not asked again
+
+
+def test_a_coordinators_http_portions_start_without_a_head(start_nginx, clean_early) -> None:
+    """On a coordinator's plan (early.start_portions) each HTTP mirror's GET goes out
+    at its portion at once: its Content-Range total is the size, no HEAD first."""
+    data = os.urandom(1_000_003)
+    first = start_nginx()
+    first.put("f.bin", data)
+    second = start_nginx(root=first.root)
+    starts = {first.url("f.bin"): 0, second.url("f.bin"): 600_000}
+    probes = early.start_portions(list(starts.items()), timeout=20.0)
+    assert [p.at for p in probes] == [0, 600_000]
+    for probe in probes:
+        url, fetcher, size, error = probe.result()
+        assert (size, error) == (len(data), "")
+        at = starts[url]
+        sink = Collector(at)
+        assert fetcher.fetch(at, RangeEnd(at + 100_000), sink, threading.Event()) == 100_000
+        assert bytes(sink.data) == data[at : at + 100_000]
+        fetcher.close()
+    for server in (first, second):
+        at = starts[server.url("f.bin")]
+        assert [(m, r) for _c, m, r in _requests(server)] == [("GET", f"bytes={at}-")]

@@ -636,7 +636,10 @@ class FtpFetcher:
 
     @property
     def rest_honoured(self) -> bool | None:
-        """Whether the server honours REST (None: not checked yet)."""
+        """Whether the server honours REST (None: not checked yet). Without
+        verify_rest it is taken on trust, until the server refuses it."""
+        if self._rest_honoured is False:
+            return False
         return True if not self.verify_rest else self._rest_honoured
 
     def confirm_rest(self, reference: bytes, need: int) -> bool | None:
@@ -1208,7 +1211,15 @@ class FtpFetcher:
             raise OSError(err, os.strerror(err))
         data.settimeout(self.timeout)
 
-    def _retr_failed(self, reply: FtpReply) -> TransferError:
+    def _retr_failed(self, reply: FtpReply, offset: int) -> TransferError:
+        if offset > 0 and reply.kind in (4, 5) and "restart" in reply.text.lower():
+            # REST accepted, then RETR refused for it: proftpd with AllowRetrieveRestart
+            # off ("451 f: Restart not permitted, try again"). Retrying cannot help;
+            # from byte 0 it still serves (ranges elsewhere).
+            self._rest_honoured = False
+            return RangeNotHonoured(
+                f"{self._where()}: server does not transfer from REST {offset} ({reply})"
+            )
         if reply.code == 550:
             return PermanentError(f"{self._where()}: file not found or not readable ({reply})")
         return error_for_reply(f"{self._where()}: RETR", reply)
@@ -1228,7 +1239,7 @@ class FtpFetcher:
 
         Pipelined, the data connection is connected while ``REST n`` and ``RETR``
         travel in one write: passive servers accept the connection whether it
-        arrives before or after RETR (tested: pyftpdlib, vsftpd, pure-ftpd), so
+        arrives before or after RETR (tested: pyftpdlib, vsftpd, pure-ftpd, proftpd), so
         the first byte comes two round trips after the passive reply instead of
         three. The price is that RETR is already on its way when REST is
         refused; the server then sends from byte 0. Nothing is read from the
@@ -1256,20 +1267,36 @@ class FtpFetcher:
                 # not be mistaken for a server that lost a pipelined command.
                 self._finish_connect(data)
             except OSError as exc:
+                message = f"data connection to {self._where()} failed: {exc}"
+                answer = self._answer_after_failed_connect(ctrl)
+                if answer is not None and answer.kind in (4, 5) and answer.code not in (425, 426):
+                    # RETR refused on its own (a missing file): the control
+                    # connection is in step. (proftpd closes its passive port when
+                    # it refuses RETR, resetting a connection still in its backlog.)
+                    raise self._retr_failed(answer, offset) from exc
                 # The server waits for a connection that will not come (and may not
                 # read the control connection meanwhile): start over on a new one.
                 self._drop_control(ctrl)
-                message = f"data connection to {self._where()} failed: {exc}"
                 if ahead:  # an early port may have gone stale: worth one retry
                     raise _ControlLost(message) from exc
                 raise TransientError(message) from exc
             retr = ctrl.reply()
             if retr.kind != 1:
-                raise self._retr_failed(retr)
+                raise self._retr_failed(retr, offset)
         except BaseException:
             _rst_close(data)
             raise
         return ctrl, data
+
+    def _answer_after_failed_connect(self, ctrl: _Control) -> FtpReply | None:
+        """RETR's reply when it comes within a few round trips of a data connection
+        that failed, else None (the server may wait for that connection until its
+        own timeout: pure-ftpd answers only once it is accepted)."""
+        rtt = self.path_rtt() or 0.0
+        try:
+            return ctrl.reply(timeout=min(self.timeout, max(0.5, 4 * rtt)))
+        except _ControlLost:
+            return None
 
     def _start_retr_sync(self, ctrl: _Control, data: socket.socket, offset: int) -> socket.socket:
         """One command at a time, as RFC 959 clients classically do."""
@@ -1283,7 +1310,7 @@ class FtpFetcher:
                 raise self._rest_failed(reply, offset)
         reply = ctrl.command(f"RETR {self.target.path}")
         if reply.kind != 1:
-            raise self._retr_failed(reply)
+            raise self._retr_failed(reply, offset)
         return data
 
     def _receive(
@@ -1662,7 +1689,7 @@ class FtpFetcher:
         price of pairing replies wrongly on such servers.
         """
         if self._rest_honoured is False:
-            raise RangeNotHonoured(f"{self._where()}: server ignores REST")
+            raise RangeNotHonoured(f"{self._where()}: server ignores or refuses REST")
         if self._rest_honoured or not self.verify_rest:
             return
         size = self._known_size(passive=True)
