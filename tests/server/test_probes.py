@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import socket
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -15,6 +17,7 @@ from pftp_coordinator.probes.capacity import capacity_from_arrivals
 from pftp_coordinator.probes.rtt import measure_rtt, raw_sockets_allowed, summarize_rtts
 from pftp_coordinator.probes.service import probe_mirror
 from pftp_coordinator.probes.throughput import (
+    ArrivalClock,
     ProbeError,
     data_phase_bps,
     ftp_ranged_read,
@@ -234,3 +237,33 @@ def test_steady_rate_reads_the_end_of_a_slow_start_not_its_average():
     assert steady_rate_bps(lan, 0.0002) == pytest.approx(40e6, rel=0.01)
     assert steady_rate_bps(lan[:2], 0.0002) is None  # too few to tell
     assert not still_growing(long, None)  # no RTT: never extends a read
+
+
+def test_arrival_clock_times_bytes_by_their_arrival_not_by_the_late_read():
+    """Two sends 0.3 s apart; the second is read 0.3 s after it came (the probe's
+    reads are late on a busy coordinator), yet timed when it came. (A backlog read
+    at once takes its last segment's time: the kernel merges queued segments.)"""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        reader = socket.create_connection(listener.getsockname())
+        sender, _ = listener.accept()
+    with reader, sender:
+        clock = ArrivalClock(reader)
+        assert clock.kernel, "SO_TIMESTAMPNS is there on Linux"
+
+        def send() -> None:
+            sender.sendall(b"a" * 1000)
+            time.sleep(0.3)
+            sender.sendall(b"b" * 1000)
+
+        sent_at = time.perf_counter()
+        writer = threading.Thread(target=send)
+        writer.start()
+        first, t_first = clock.recv(4096)
+        time.sleep(0.6)
+        second, t_second = clock.recv(4096)
+        read_at = time.perf_counter()
+        writer.join()
+    assert first == b"a" * 1000 and second == b"b" * 1000
+    assert sent_at <= t_first < sent_at + 0.15
+    assert 0.2 < t_second - t_first < 0.45
+    assert read_at - t_second > 0.2  # the read itself came much later

@@ -14,6 +14,8 @@ import bisect
 import ftplib
 import logging
 import math
+import socket
+import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +27,53 @@ from pftp_coordinator.ftp_control import finish_transfer, read_reply, reset_clos
 
 CHUNK = 64 * 1024
 log = logging.getLogger(__name__)
+
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # (Linux; 35 on every arch)
+_TS_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+
+
+class ArrivalClock:
+    """Reads a TCP socket with the kernel's arrival time of the data (SO_TIMESTAMPNS:
+    when the last segment read came in), on time.perf_counter()'s scale. A probe
+    thread that is late to read (a busy coordinator: other probes, the scheduler)
+    then still sees when the bytes came: timed by its reads, a backlog read at once
+    looks like a burst, and the read's last quarter (steady_rate_bps) had rated an
+    8 Mbit/s mirror at 14.6 (bench table 1, session 13). Falls back to the read's
+    own time where the kernel gives none."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.kernel = self.stamp(sock)
+        # one offset per read: a clock step mid-read would shift all its times alike
+        self._realtime_minus_perf = time.time() - time.perf_counter()
+
+    @staticmethod
+    def stamp(sock: socket.socket) -> bool:
+        """Ask for arrival times on ``sock``. The kernel stamps incoming segments only
+        while some socket asks, so asking on the control connection first has the
+        data connection's first segments stamped too (they may come before its
+        ArrivalClock exists: ftplib returns it after the 150 reply)."""
+        if not _TS_SPACE:
+            return False
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        except OSError as exc:
+            log.debug("no SO_TIMESTAMPNS (%s): read times used", exc)
+            return False
+        return True
+
+    def recv(self, n: int) -> tuple[bytes, float]:
+        """Up to ``n`` bytes and when the last of them arrived."""
+        if not self.kernel:
+            data = self.sock.recv(n)
+            return data, time.perf_counter()
+        data, ancdata, _flags, _addr = self.sock.recvmsg(n, _TS_SPACE)
+        now = time.perf_counter()
+        for level, kind, cdata in ancdata:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(cdata) >= 16:
+                sec, nsec = struct.unpack("qq", cdata[:16])
+                return data, min(now, sec + nsec / 1e9 - self._realtime_minus_perf)
+        return data, now
 
 
 @dataclass(frozen=True)
@@ -119,6 +168,7 @@ class _Reading:
         self.samples: list[tuple[float, int]] = []
 
     def add(self, n: int, now: float) -> None:
+        now = max(now, self.t_last)  # (a read timed by itself, then kernel times)
         self.t_last = now
         if self.t_first is None:
             self.t_first, self.first_chunk = now, n
@@ -171,6 +221,7 @@ def ftp_ranged_read(
     deadline = time.monotonic() + timeout_s
     try:
         ftp.connect(parts.hostname, parts.port or 21)
+        ArrivalClock.stamp(ftp.sock)  # (see ArrivalClock.stamp)
         ftp.login(unquote(parts.username or "anonymous"), unquote(parts.password or "pftp@"))
         t_type = time.perf_counter()
         ftp.voidcmd("TYPE I")  # (one round trip: the path's RTT for still_growing)
@@ -180,14 +231,15 @@ def ftp_ranged_read(
         server_ended = False
         try:
             conn.settimeout(timeout_s)
+            clock = ArrivalClock(conn)  # (set once connected: the first segment counts)
             while want := reading.want():
                 if time.monotonic() > deadline:
                     raise ProbeError(f"ftp-range: timed out after {reading.nbytes} bytes")
-                data = conn.recv(min(CHUNK, want))
+                data, arrived = clock.recv(min(CHUNK, want))
                 if not data:
                     server_ended = True
                     break
-                reading.add(len(data), time.perf_counter())
+                reading.add(len(data), arrived)
         finally:
             reset_close(conn)
         nbytes = reading.nbytes
