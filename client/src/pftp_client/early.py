@@ -161,8 +161,9 @@ class EarlyProbe:
         # The same steps as download._start_probes, with the same outcomes.
         from pftp_client.transports.base import TransferError
 
+        ftp = self.url[:6].lower() == "ftp://"
         try:
-            if self.url[:6].lower() == "ftp://":
+            if ftp:  # (FtpFetcher, without the registry's imports)
                 from pftp_client.transports.ftp import FtpFetcher
 
                 f = FtpFetcher(self.url, timeout=self.timeout)
@@ -172,9 +173,16 @@ class EarlyProbe:
                 f = fetcher_for_url(self.url, timeout=self.timeout)
         except (TransferError, ValueError, OSError) as exc:
             return self.url, None, None, str(exc)
+        begun = False
         try:
             if self.head:
                 f.start_head()
+            elif self.at and not ftp:
+                # HTTP checks each range from its response: the portion's GET goes
+                # out now and its Content-Range total answers size() below (no HEAD
+                # first: a round trip sooner to the data)
+                f.start_head(self.at)
+                begun = True
             elif self.leader is None:
                 # Every mirror but the first starts at an offset: its first request
                 # checks that REST works. Done now, it is off the path of that
@@ -193,7 +201,7 @@ class EarlyProbe:
         except (TransferError, OSError) as exc:
             f.close()
             return self.url, None, None, str(exc)
-        if not self.head and size:
+        if not self.head and not begun and size:
             try:
                 if self.at:  # (a coordinator's portion: the fetcher's own buffer)
                     self._start_at(f, self.at, size, None)
