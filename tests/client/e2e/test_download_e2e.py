@@ -183,6 +183,7 @@ def _answer(
     piece: int | None = None,
     backups: list[str] = (),
     spans: list[tuple[int, int]] | None = None,
+    expected_bps: float = 8e7,
 ) -> dict:
     n = len(urls)
     size = len(data)
@@ -205,7 +206,7 @@ def _answer(
                 "offset": o,
                 "length": ln,
                 "suitability": 0.5,
-                "expected_bps": 8e7,
+                "expected_bps": expected_bps,
             }
             for i, (u, (o, ln)) in enumerate(zip(urls, spans, strict=True))
         ],
@@ -590,6 +591,28 @@ def test_no_access_link_parking_with_less_work_left_than_its_probation(
     _assert_clean(tmp_path / "f.bin", data)
     assert made[0].calls == [[]], "asked, and declined"
     assert not [e for e in s.events if e.kind == "parked"]
+
+
+def test_no_access_link_parking_when_the_flows_left_could_not_fill_it(
+    tmp_path, ftp_mirrors, canned_coordinator
+):
+    """The two flows fill the 4 Mbit/s access link together, but the coordinator
+    expects each at 2 Mbit/s (as it picks mirrors until their rates just cover the
+    link): parking one would leave the link half used until its probation, so the
+    verdict is declined and both carry on."""
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    m = ftp_mirrors({"f.bin": data}, 2, throttle={0: 256 * 1024, 1: 256 * 1024})
+    coord = canned_coordinator(
+        200, _answer(data, [m[0].url("f.bin"), m[1].url("f.bin")], expected_bps=2e6)
+    )
+    factory, made = stand_in(NamesNearTheEnd, "m1", len(data), 0.1)
+    s = download("f.bin", coordinator=coord.url, output=tmp_path / "f.bin", config=FAST,
+                 access_bandwidth_bps=4_000_000, detector_factory=factory)
+    _assert_clean(tmp_path / "f.bin", data)
+    assert made[0].calls == [[]], "asked, and declined"
+    assert not [e for e in s.events if e.kind == "parked"]
+    by = {x.name: x for x in s.mirrors}
+    assert by["m1"].bytes > len(data) // 3
 
 
 class NamesTwoAtOnce:
