@@ -143,6 +143,7 @@ class EarlyProbe:
         self.at = at  # where the coordinator's portion starts (start_portions)
         self.head = slot == 0 or at == 0
         self.leader = leader
+        self._head_get: Any = None  # its HeadGet, if it began one (http://)
         self._done = threading.Event()
         self._value: tuple[str, Any, int | None, str] = (url, None, None, "not finished")
         self._error: BaseException | None = None
@@ -162,6 +163,8 @@ class EarlyProbe:
         from pftp_client.transports.base import TransferError
 
         ftp = self.url[:6].lower() == "ftp://"
+        # http://: the first request goes out before httpx is loaded (http_head)
+        head_get = self._head_get = None if ftp else self._start_head_get()
         try:
             if ftp:  # (FtpFetcher, without the registry's imports)
                 from pftp_client.transports.ftp import FtpFetcher
@@ -172,7 +175,23 @@ class EarlyProbe:
 
                 f = fetcher_for_url(self.url, timeout=self.timeout)
         except (TransferError, ValueError, OSError) as exc:
+            if head_get is not None:
+                head_get.stop()
             return self.url, None, None, str(exc)
+        if head_get is not None:
+            from pftp_client.transports.http_head import HeadUnusable
+
+            why = head_get.result(self.timeout)
+            if why is None:
+                f.adopt_head(head_get)
+                return self.url, f, head_get.total, ""
+            if not isinstance(why, HeadUnusable):
+                # (no connection, or it broke: asking again would double the wait
+                # for a mirror that is down)
+                f.close()
+                return self.url, None, None, f"{self.url}: cannot connect: {why}"
+            # asked again below, the usual way (a redirect elsewhere, an odd answer)
+            log.debug("%s: no head start before httpx: %s", self.url, why)
         begun = False
         try:
             if self.head:
@@ -212,6 +231,31 @@ class EarlyProbe:
             except (TransferError, OSError) as exc:
                 log.debug("%s: no transfer ahead: %s", self.url, exc)
         return self.url, f, size, ""
+
+    def _start_head_get(self) -> Any:
+        """A HeadGet (transports/http_head.py) for this http:// mirror, its request on
+        its way while httpx loads: from byte 0 for the first mirror, at a
+        coordinator's portion, else at this mirror's guessed block (_guessed_offset)
+        once the size is known, from the first mirror's answer when it came in time
+        (no HEAD). None where it cannot serve (https, credentials, a proxy)."""
+        from pftp_client.transports import http_head
+
+        if not http_head.usable(self.url):
+            return None
+        if self.head or self.at:
+            return http_head.HeadGet(self.url, self.at or 0, timeout=self.timeout)
+        return http_head.HeadGet(
+            self.url, None, timeout=self.timeout, limit=_GUESS_BUFFER_BYTES,
+            offset_for=self._guessed_offset, size_hint=self._leaders_size,
+        )
+
+    def _leaders_size(self) -> int | None:
+        """The size the first mirror's head start answered, if it has by now."""
+        leader = self.leader
+        head_get = leader._head_get if leader is not None else None
+        if head_get is None or not head_get.checked.is_set() or head_get.error is not None:
+            return None
+        return head_get.total
 
     def _guessed_offset(self, size: int) -> int | None:
         """This mirror's first block of an even start, when the engine will deal that

@@ -9,8 +9,8 @@ answers 200) and by the total in ``Content-Range``.
 
 from __future__ import annotations
 
+import http.client
 import queue
-import re
 import socket
 import ssl
 import threading
@@ -29,33 +29,23 @@ from pftp_client.transports.base import (
     TransferError,
     TransientError,
 )
+from pftp_client.transports.http_head import (
+    AHEAD_BUFFER_BYTES,
+    AheadReader,
+    HeadGet,
+    parse_content_range,
+    strong_validator,
+)
 
 __all__ = ["HttpFetcher", "parse_content_range", "status_error"]
-
-# A range begun ahead (HttpFetcher.start_next) is read at most this far ahead of
-# the fetch that takes it over; then TCP's flow control holds the server.
-AHEAD_BUFFER_BYTES = 4 * 1024 * 1024
 
 # Idle pooled connections are closed after this (httpx's default). A spare
 # connection warmed by keep_spare counts as ready for _WARM_FOR_S of it.
 _KEEPALIVE_EXPIRY_S = 5.0
 _WARM_FOR_S = 4.0
 
-_CONTENT_RANGE_RE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
 # Statuses where trying the same mirror again later may work.
 _TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504, 507, 509})
-
-
-def parse_content_range(value: str) -> tuple[int, int, int | None]:
-    """``bytes 100-199/1000`` -> (100, 199, 1000); total None for ``*``."""
-    m = _CONTENT_RANGE_RE.match(value)
-    if not m:
-        raise RangeNotHonoured(f"unparsable Content-Range {value!r}")
-    first, last = int(m.group(1)), int(m.group(2))
-    total = None if m.group(3) == "*" else int(m.group(3))
-    if last < first or (total is not None and last >= total):
-        raise RangeNotHonoured(f"inconsistent Content-Range {value!r}")
-    return first, last, total
 
 
 def status_error(url: str, status: int, reason: str = "") -> TransferError:
@@ -106,7 +96,7 @@ class HttpFetcher:
         self._closed = False
         self._sock: socket.socket | None = None  # the last response's, for path_rtt
         # The next range, begun on a second connection before this one ends.
-        self._next: _NextRange | None = None
+        self._next: AheadReader | None = None
         self.overlapped = 0  # ranges begun ahead and taken over (reports and tests)
         self._lock = threading.Lock()
         self._warm_at = float("-inf")  # when keep_spare's HEAD left a connection idle
@@ -229,6 +219,23 @@ class HttpFetcher:
         if self._next is None and not self._closed:
             self._next = _NextRange(self, offset, None, limit, head=True)
 
+    def adopt_head(self, head: HeadGet) -> None:
+        """Take over what a head start begun before httpx was loaded (early.py)
+        learned, once its answer was checked good (``head.result``): the size and
+        the validator, and its transfer when it began one: the first ``fetch`` at
+        its offset reads on from its chunks, as from ``start_head``'s."""
+        if head.error is not None or not head.checked.is_set():
+            raise ValueError("only a head start with a good answer can be taken over")
+        self._validator = self._validator or head.validator
+        self._check_total(head.total)
+        if head.offset is None:
+            return
+        if self._next is not None or self._closed:
+            head.stop()
+            return
+        self._next = head
+        self._sock = head.sock  # (the path's RTT, as a response's: _keep_socket)
+
     def head_progress(self) -> tuple[float, list[tuple[float, int]], float | None] | None:
         """While a head transfer waits for its fetch: (time.monotonic() of its GET,
         [(arrival time, bytes so far)], the path's RTT or None); None otherwise
@@ -266,7 +273,7 @@ class HttpFetcher:
         return True
 
     def _take_next(
-        self, nxt: _NextRange, end: RangeEnd, sink: DataSink, cancel: threading.Event
+        self, nxt: AheadReader, end: RangeEnd, sink: DataSink, cancel: threading.Event
     ) -> int:
         """``fetch`` of a range begun ahead: its reader thread's chunks, in order."""
         pos = offset = nxt.offset
@@ -312,6 +319,12 @@ class HttpFetcher:
             exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.WriteError)
         ):
             return TransientError(f"{self.url}: cannot connect: {exc}")
+        if isinstance(exc, TimeoutError):  # (a head start's own socket: HeadGet)
+            return StallError(f"{self.url}: no data at byte {pos}: {exc}")
+        if isinstance(exc, (OSError, http.client.HTTPException)):
+            if pos == offset:
+                return TransientError(f"{self.url}: connection failed: {exc}")
+            return PrematureEnd(f"{self.url}: connection broke at byte {pos}: {exc}")
         if isinstance(exc, httpx.TooManyRedirects):
             return PermanentError(f"{self.url}: too many redirects")
         if isinstance(exc, httpx.UnsupportedProtocol):
@@ -400,43 +413,32 @@ class HttpFetcher:
     def _remember_validator(self, resp: httpx.Response) -> None:
         if self._validator:
             return
-        etag = resp.headers.get("ETag")
-        if etag and not etag.startswith("W/"):  # If-Range needs a strong validator
-            self._validator = etag
-        elif resp.headers.get("Last-Modified"):
-            self._validator = resp.headers["Last-Modified"]
+        # (If-Range needs a strong validator)
+        self._validator = strong_validator(
+            resp.headers.get("ETag"), resp.headers.get("Last-Modified")
+        )
 
 
-class _NextRange:
+class _NextRange(AheadReader):
     """A range's GET sent ahead on its own connection (HttpFetcher.start_next): a
     thread checks the response and queues its chunks, at most AHEAD_BUFFER_BYTES
     ahead of the fetch that takes them; then ``None`` (body complete) or the
-    exception that ended it."""
+    exception that ended it. ``head``: a head start (start_head), to the end of
+    the file."""
 
     def __init__(
         self, fetcher: HttpFetcher, offset: int, end: int | None,
         limit: int = AHEAD_BUFFER_BYTES, *, head: bool = False,
     ) -> None:
-        self.offset = offset
-        self.limit = limit
-        self.head = head  # a head start (start_head): to the end of the file
-        self.requested_at = time.monotonic()
-        self.checked = threading.Event()  # its response was checked (or failed)
-        self.claimed = False  # a fetch took it over
-        self._arrivals: list[tuple[float, int]] = []  # (time, bytes so far), heads only
-        self.chunks: queue.Queue[tuple[bytes, int] | BaseException | None] = queue.Queue()
-        self._room = threading.Semaphore(0)
-        self._queued = 0
-        self._lock = threading.Lock()
-        self._stopped = threading.Event()
+        super().__init__(offset, limit, head=head)
         self._thread = threading.Thread(
             target=self._run, args=(fetcher, end), name="pftp-http-next", daemon=True
         )
         self._thread.start()
 
     def _run(self, fetcher: HttpFetcher, end: int | None) -> None:
+        assert self.offset is not None
         headers = fetcher._range_headers(self.offset, None if end is None else end - 1)
-        got = 0
         try:
             with fetcher._client.stream("GET", fetcher.url, headers=headers) as resp:
                 try:
@@ -447,42 +449,8 @@ class _NextRange:
                 for chunk in resp.iter_raw():
                     if self._stopped.is_set():
                         return  # (leaving the block closes the unfinished response)
-                    arrival = time.monotonic_ns()
-                    self.chunks.put((chunk, arrival))
-                    got += len(chunk)
-                    with self._lock:
-                        self._queued += len(chunk)
-                        full = self._queued >= self.limit
-                        if self.head and not self.claimed:
-                            self._note_arrival(arrival / 1e9, got)
-                    while full and not self._stopped.is_set():
-                        self._room.acquire(timeout=0.25)
-                        with self._lock:
-                            full = self._queued >= self.limit
+                    self._queue(chunk, time.monotonic_ns())
             self.chunks.put(None)
         except BaseException as exc:  # (handed to the fetch, which raises it)
             self.checked.set()
             self.chunks.put(exc)
-
-    def _note_arrival(self, t: float, got: int, min_gap_s: float = 0.005) -> None:
-        """Lock held: a (time, bytes so far) sample, at most every ``min_gap_s``
-        (the lead start's verdict needs a few per round trip, not one per chunk)."""
-        if self._arrivals and t - self._arrivals[-1][0] < min_gap_s:
-            self._arrivals[-1] = (self._arrivals[-1][0], got)
-        else:
-            self._arrivals.append((t, got))
-
-    def arrivals(self) -> list[tuple[float, int]]:
-        with self._lock:
-            return list(self._arrivals)
-
-    def taken(self, n: int) -> None:
-        with self._lock:
-            self._queued -= n
-        self._room.release()
-
-    def stop(self) -> None:
-        """The fetch is done with it (or it was never taken): the reader closes the
-        response at its next chunk; nobody waits for that."""
-        self._stopped.set()
-        self._room.release()
