@@ -162,13 +162,18 @@ def test_a_mirror_that_is_down_is_asked_once(clean_env) -> None:
     assert time.monotonic() - started < 5.0
 
 
-def test_usable_only_for_plain_http_without_credentials_or_proxy(monkeypatch) -> None:
-    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+def test_usable_only_for_http_without_credentials_or_proxy(monkeypatch) -> None:
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "https_proxy",
+                 "HTTPS_PROXY"):
         monkeypatch.delenv(name, raising=False)
     assert usable("http://127.0.0.1:8080/a/b.iso?x=1")
-    assert not usable("https://example.org/b.iso")
+    assert usable("https://example.org/b.iso")
+    assert not usable("ftp://example.org/b.iso")
     assert not usable("http://user:pw@example.org/b.iso")
     assert not usable("http://example.org:99999/b.iso")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+    assert not usable("https://127.0.0.1:8080/b.iso")
+    assert usable("http://127.0.0.1:8080/b.iso")
     monkeypatch.setenv("http_proxy", "http://proxy:3128")
     assert not usable("http://127.0.0.1:8080/b.iso")
 
@@ -182,3 +187,28 @@ def clean_env(monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     yield
     early.discard_all()
+
+
+def test_https_with_the_trust_an_http_fetcher_has(start_nginx, monkeypatch) -> None:
+    """Over TLS, trusting what httpx trusts by default (here SSL_CERT_FILE names the
+    test server's certificate); without that trust the handshake fails, and that is
+    a connection error (the early probe reports it), not an answer to hand back."""
+    from pftp_client.transports import http_head
+
+    server = start_nginx(tls=True)
+    data = os.urandom(400_000)
+    server.put("f.bin", data)
+    url = server.url("f.bin")
+    assert url.startswith("https://") and usable(url)
+    monkeypatch.setattr(http_head, "_tls", None)
+    monkeypatch.setenv("SSL_CERT_FILE", str(server.ca_file))
+    head = HeadGet(url, 1234, timeout=20.0)
+    assert _taken_over(head, url, 1234, len(data)) == data[1234:]
+    assert [(m, r) for _c, m, r in _requests(server)] == [("GET", "bytes=1234-")]
+
+    monkeypatch.setattr(http_head, "_tls", None)
+    monkeypatch.delenv("SSL_CERT_FILE")
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    head = HeadGet(url, 0, timeout=20.0)
+    why = head.result(20.0)
+    assert isinstance(why, OSError) and "certificate verify failed" in str(why)

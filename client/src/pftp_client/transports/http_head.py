@@ -12,8 +12,9 @@ redirect, an error status, a chunked or compressed body) ends it with
 ``HeadUnusable`` and the mirror is asked again by httpx, as before: a head start
 never decides how an odd server is treated.
 
-Only plain http:// URLs without credentials, and no proxy set in the environment
-(httpx would use it; this socket would not).
+Only http(s):// URLs without credentials, with no proxy set in the environment
+(httpx would use it; this socket would not); https trusts what an HttpFetcher
+with its default ``verify`` trusts (tls_context), as the early probes' fetchers do.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pftp_client.transports.base import RangeNotHonoured
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: ~2 ms sooner)
 if TYPE_CHECKING:
     import http.client  # (loaded in the thread while the handshake travels: _connect)
+    import ssl
     from collections.abc import Callable
 
 __all__ = ["AheadReader", "HeadGet", "HeadUnusable", "parse_content_range", "usable"]
@@ -74,9 +76,35 @@ def usable(url: str) -> bool:
         parts.port  # noqa: B018 - property access validates the port
     except ValueError:
         return False
-    if parts.scheme.lower() != "http" or not parts.hostname or "@" in parts.netloc:
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
         return False
-    return not any(os.environ.get(name) for name in _PROXY_ENV)
+    proxies = _PROXY_ENV + (("https_proxy", "HTTPS_PROXY") if scheme == "https" else ())
+    return not any(os.environ.get(name) for name in proxies)
+
+
+_tls_lock = threading.Lock()
+_tls: ssl.SSLContext | None = None
+
+
+def tls_context() -> ssl.SSLContext:
+    """What an HttpFetcher with its default ``verify`` trusts (httpx's
+    create_ssl_context): SSL_CERT_FILE or SSL_CERT_DIR from the environment, else
+    certifi's bundle. One for all heads (loading the bundle takes ~10 ms)."""
+    global _tls
+    with _tls_lock:
+        if _tls is None:
+            import ssl
+
+            if os.environ.get("SSL_CERT_FILE"):
+                _tls = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+            elif os.environ.get("SSL_CERT_DIR"):
+                _tls = ssl.create_default_context(capath=os.environ["SSL_CERT_DIR"])
+            else:
+                import certifi
+
+                _tls = ssl.create_default_context(cafile=certifi.where())
+        return _tls
 
 
 class HeadUnusable(Exception):
@@ -199,11 +227,17 @@ class HeadGet(AheadReader):
             for _ in range(_MAX_REDIRECTS + 1):
                 parts = urlsplit(url)
                 path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-                sock = self._connect(parts.hostname or "", parts.port or 80)
+                tls = parts.scheme.lower() == "https"
+                host = parts.hostname or ""
+                sock = self._connect(host, parts.port or (443 if tls else 80), tls)
                 import http.client  # (loaded while the handshake travels: _connect)
 
                 self.sock = sock
-                conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout)
+                if tls:
+                    sock = tls_context().wrap_socket(sock, server_hostname=host)
+                    conn = http.client.HTTPSConnection(host, parts.port, timeout=self.timeout)
+                else:
+                    conn = http.client.HTTPConnection(host, parts.port, timeout=self.timeout)
                 conn.sock = sock
                 if self.offset is None:
                     size = self._size_hint() if self._size_hint is not None else None
@@ -245,8 +279,9 @@ class HeadGet(AheadReader):
             if conn is not None:  # (not reused: httpx makes its own)
                 conn.close()
 
-    def _connect(self, host: str, port: int) -> socket.socket:
-        """A TCP connection, its handshake overlapping the import of http.client."""
+    def _connect(self, host: str, port: int, tls: bool) -> socket.socket:
+        """A TCP connection, its handshake overlapping the import of http.client
+        (and for TLS, the loading of its trust: tls_context)."""
         deadline = time.monotonic() + self.timeout
         last: OSError | None = None
         for family, kind, proto, _name, addr in socket.getaddrinfo(
@@ -259,6 +294,9 @@ class HeadGet(AheadReader):
                 if err not in (0, 115, 36):  # (EINPROGRESS: 115 Linux, 36 BSD)
                     raise OSError(err, os.strerror(err))
                 import http.client  # noqa: F401 - loaded while the SYN travels
+
+                if tls:
+                    tls_context()
 
                 left = max(0.0, deadline - time.monotonic())
                 _, writable, _ = select.select([], [sock], [], left)
