@@ -40,6 +40,9 @@ CONGESTION_MODES = ("auto", "off", "packet", "kernel", "app")
 MAX_PROBES = 16  # size probes at once
 # When no mirror could be asked the size, they are asked again after these waits.
 PROBE_RETRY_S = (1.0, 2.0)
+# How long the other mirrors' size answers are waited for once one has come: at
+# least this, and at least 3 x the time the first took (_probe_results).
+PROBE_GRACE_S = 2.0
 
 
 class UsageError(ValueError):
@@ -77,7 +80,8 @@ class _Background:
     """``fn()`` in a daemon thread, started at once; ``result()`` joins it and
     returns its value or raises its exception."""
 
-    def __init__(self, fn: Callable[[], Any], name: str) -> None:
+    def __init__(self, fn: Callable[[], Any], name: str, url: str = "") -> None:
+        self.url = url
         self._fn = fn
         self._value: Any = None
         self._error: BaseException | None = None
@@ -95,6 +99,22 @@ class _Background:
         if self._error is not None:
             raise self._error
         return self._value
+
+    def wait(self, timeout: float | None) -> bool:
+        """True once it has ended (waits at most ``timeout``)."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def discard(self) -> None:
+        """Close the probe's connection once it ends (in its own thread)."""
+
+        def close() -> None:
+            self._thread.join()
+            value = self._value
+            if self._error is None and value is not None and value[1] is not None:
+                value[1].close()
+
+        threading.Thread(target=close, name="pftp-probe-discard", daemon=True).start()
 
 
 def _load_run_modules() -> None:
@@ -163,7 +183,7 @@ def _start_probes(
         return run
 
     if open_fetcher is not default_open_fetcher:
-        return [_Background(probe(u), f"pftp-probe-{i}") for i, u in enumerate(urls)]
+        return [_Background(probe(u), f"pftp-probe-{i}", u) for i, u in enumerate(urls)]
     # The entry point may have started them already (early.py).
     early_probes = [early.take(u, timeout) for u in urls]
     early.discard_all()  # started for another command line; not needed
@@ -172,22 +192,49 @@ def _start_probes(
         # before the threads start: they would all wait for this import anyway
         import pftp_client.transports.ftp  # noqa: F401
     return [
-        p if p is not None else _Background(probe(u), f"pftp-probe-{i}")
+        p if p is not None else _Background(probe(u), f"pftp-probe-{i}", u)
         for i, (u, p) in enumerate(pairs)
     ]
 
 
 def _probe_results(
-    probes: Sequence[_Background | early.EarlyProbe], say: Callable[[str], None]
+    probes: Sequence[_Background | early.EarlyProbe], say: Callable[[str], None],
+    grace_s: float = PROBE_GRACE_S, errors: dict[str, str] | None = None,
 ) -> tuple[dict[str, int], dict[str, RangeFetcher]]:
-    """The probes' answers in mirror order; keeps the connections that answered."""
-    results = []
+    """The probes' answers in mirror order; keeps the connections that answered.
+    Once one mirror has answered with a size, the others are waited for at most
+    max(grace_s, 3 x the time it took); a mirror that has not answered by then (a
+    server that accepts and never speaks, a blackholed address) is left out
+    instead of holding the whole download for its timeouts."""
+    t0 = time.monotonic()
+    done: dict[int, Any] = {}
+    first_at: float | None = None
     error: BaseException | None = None
-    for p in probes:  # every thread is joined (and every connection kept) first
-        try:
-            results.append(p.result())
-        except Exception as exc:  # raised in the probe thread (a transport's bug)
-            error = error or exc
+    while len(done) < len(probes):
+        for i, p in enumerate(probes):
+            if i in done or not p.wait(0):
+                continue
+            try:
+                done[i] = p.result()
+            except Exception as exc:  # raised in the probe thread (a transport's bug)
+                error = error or exc
+                done[i] = (p.url, None, None, str(exc))
+                continue
+            if first_at is None and done[i][2] is not None:
+                first_at = time.monotonic()
+        now = time.monotonic()
+        if first_at is not None and now >= first_at + max(grace_s, 3 * (first_at - t0)):
+            break
+        pending = [p for i, p in enumerate(probes) if i not in done]
+        if pending:
+            pending[0].wait(0.005)  # (returns at once when that one ends)
+    for i, p in enumerate(probes):
+        if i not in done:
+            p.discard()
+            assert first_at is not None
+            say(f"mirror {p.url} has not answered after {time.monotonic() - t0:.1f} s "
+                f"(another answered in {first_at - t0:.2f} s): going on without it")
+    results = [done[i] for i in sorted(done)]
     if error is not None:
         for _u, f, _s, _e in results:
             if f is not None:
@@ -198,10 +245,14 @@ def _probe_results(
     for url, f, size, err in results:
         if f is None:
             say(f"mirror {url} is not usable: {err}")
+            if errors is not None:
+                errors[url] = err
             continue
         fetchers[url] = f
         if size is None:
             say(f"mirror {url} did not report the file size")
+            if errors is not None:
+                errors[url] = "did not report the file size"
         else:
             sizes[url] = size
     return sizes, fetchers
@@ -217,15 +268,21 @@ def _probe_sizes(
     return _probe_results(_start_probes(urls, open_fetcher, timeout), say)
 
 
+def _size_groups(sizes: dict[str, int]) -> list[tuple[int, list[str]]]:
+    """The mirrors grouped by the size they report, the likeliest first: the most
+    mirrors, then the larger size (a copy still being written or cut short is the
+    usual odd one out, and it is shorter)."""
+    groups: dict[int, list[str]] = {}
+    for url, size in sizes.items():
+        groups.setdefault(size, []).append(url)
+    return sorted(groups.items(), key=lambda g: (-len(g[1]), -g[0]))
+
+
 def _majority_size(sizes: dict[str, int], say: Callable[[str], None]) -> tuple[int, list[str]]:
-    counts: dict[int, int] = {}
-    for s in sizes.values():
-        counts[s] = counts.get(s, 0) + 1
-    size = max(counts, key=lambda s: (counts[s], -s))
-    agree = [u for u, s in sizes.items() if s == size]
+    size, agree = _size_groups(sizes)[0]
     for u, s in sizes.items():
         if s != size:
-            say(f"mirror {u} reports {s} bytes, the others {size}: not used")
+            say(f"mirror {u} reports {s} bytes, {len(agree)} other(s) {size}: not used")
     return size, agree
 
 
@@ -420,18 +477,24 @@ def download(
             if starting.setdefault(probe.url, probe) is not probe:
                 probe.discard()
     if plan is None:
+        asked_at = time.monotonic()
         probes = _start_probes([*urls, *spare], open_fetcher, timeout)
         start_background()
-        sizes, probed = _probe_results(probes, say)
+        why_not: dict[str, str] = {}
+        sizes, probed = _probe_results(probes, say, errors=why_not)
         for wait in PROBE_RETRY_S:
             again = [u for u in [*urls, *spare] if u not in probed]
-            if sizes or not again:
+            if sizes or not again or time.monotonic() - asked_at > timeout / 2:
+                # (mirrors that took most of the timeout to fail, silent or
+                # blackholed, would only take it again)
                 break
             # A server restarting, a full server (421), a link that just went down
             # for a moment: asked again before giving up.
             say(f"no mirror reported the size; asking again in {wait:g} s")
             time.sleep(wait)
-            more_sizes, more = _probe_results(_start_probes(again, open_fetcher, timeout), say)
+            more_sizes, more = _probe_results(
+                _start_probes(again, open_fetcher, timeout), say, errors=why_not
+            )
             sizes.update(more_sizes)
             probed.update(more)
         for u, f in probed.items():
@@ -440,16 +503,28 @@ def download(
             _close_cache(fetcher_cache)
             from pftp_client.engine import NoMirrorCouldServe
 
-            raise NoMirrorCouldServe("no mirror could be reached or reported the file size")
+            raise NoMirrorCouldServe(
+                "no mirror could be reached or reported the file size: "
+                + "; ".join(
+                    why if (why := why_not.get(u, "no answer")).startswith(u) else f"{u}: {why}"
+                    for u in [*urls, *spare]
+                )
+            )
         size, agree = _majority_size(sizes, say)
+        # With a SHA-256 to check against, mirrors of another size are tried next
+        # when this group's file does not verify (the majority may be the wrong copy).
+        other_groups = _size_groups(sizes)[1:] if sha256 else []
         ident = FileIdentity(name=_basename(name or urls[0]), size=size, sha256=sha256)
         active = [u for u in agree if u not in spare] or agree[:1]
         plan = dynamic_plan(ident, active, [u for u in agree if u not in active])
+    else:
+        other_groups = []
 
     target = _output_path(output, name or urls[0])
     try:
         background[0].result()  # the imports
         from pftp_client.engine import EngineConfig
+        from pftp_client.integrity import VerificationFailed
 
         cfg = config or EngineConfig()
         changes: dict[str, float] = {}
@@ -459,24 +534,35 @@ def download(
             changes["stall_timeout"] = stall_timeout
         if changes:
             cfg = dataclasses.replace(cfg, **changes)
-        return _run_plan(
-            plan,
-            target,
-            cfg=cfg,
-            resume=resume,
-            progress=progress,
-            say=say,
-            notes=notes,
-            detector_factory=detector_factory,
-            congestion=congestion,
-            capture_permitted=capture_check.result if capture_check is not None else None,
-            open_fetcher=_cached_opener(
-                open_fetcher, fetcher_cache, starting, plan.file.size
-            ),
-            coordinator=used_coordinator if report else None,
-            access_bw=bw,
-            t0=t0,
-        )
+        while True:
+            try:
+                return _run_plan(
+                    plan,
+                    target,
+                    cfg=cfg,
+                    resume=resume,
+                    progress=progress,
+                    say=say,
+                    notes=notes,
+                    detector_factory=detector_factory,
+                    congestion=congestion,
+                    capture_permitted=capture_check.result if capture_check is not None else None,
+                    open_fetcher=_cached_opener(
+                        open_fetcher, fetcher_cache, starting, plan.file.size
+                    ),
+                    coordinator=used_coordinator if report else None,
+                    access_bw=bw,
+                    t0=t0,
+                )
+            except VerificationFailed as exc:
+                if not other_groups:
+                    raise
+                size, agree = other_groups.pop(0)
+                say(f"{exc}; trying the mirror(s) that report {size} bytes: {', '.join(agree)}")
+                ident = dataclasses.replace(plan.file, size=size)
+                active = [u for u in agree if u not in spare] or agree[:1]
+                plan = dynamic_plan(ident, active, [u for u in agree if u not in active])
+                resume = False  # (the part file is of the other size)
     finally:
         for probe in starting.values():  # not asked for by any flow
             probe.discard()
@@ -587,6 +673,12 @@ def _run_plan(
             say(f"ignoring {ctl}: {exc}")
     if old is not None:
         control_file.check_same_file(old, size=ident.size, sha256=ident.sha256, urls=urls)
+        if old.sha256 and not ident.sha256:
+            # The interrupted run knew the file's hash: the bytes it kept are checked
+            # against it too (a mirror's file may have changed since).
+            ident = dataclasses.replace(ident, sha256=old.sha256)
+            plan = dataclasses.replace(plan, file=ident)
+            say("checking against the SHA-256 the interrupted download was given")
         if not part_p.exists() or part_p.stat().st_size != ident.size:
             say(f"{part_p} is missing or has the wrong size; starting over")
         elif ident.piece_size and old.piece_size != ident.piece_size:

@@ -350,6 +350,10 @@ class EarlyProbe:
         return False  # no head transfer, or the engine took it over: its judge decides
 
 
+    def wait(self, timeout: float | None) -> bool:
+        """True once the probe has ended (waits at most ``timeout``)."""
+        return self._done.wait(timeout)
+
     def result(self) -> tuple[str, Any, int | None, str]:
         """What download()'s probe returns: (url, fetcher or None, size, error).
         Bounded like that probe: by the fetcher's timeouts."""

@@ -67,6 +67,7 @@ from pftp_client.transports.base import (
     PrematureEnd,
     RangeEnd,
     RangeFetcher,
+    RangeNotHonoured,
     TransferError,
     TransientError,
 )
@@ -137,6 +138,15 @@ class EngineConfig:
     # when three quarters of the aggregate's window come after it (a wrong verdict
     # between two independent 20 Mbit/s mirrors cost 2.9 s of one of them: 1.21x).
     park_early_s: float = 1.5
+    # Sooner still, the flows left are judged on their own bytes since the parking
+    # (after park_settle_rtts of their path's RTT, at least park_settle_s) over at
+    # least park_judge_s, and at least twice the longest gap between two of their
+    # blocks lately (a server that sends in bursts). A wrong verdict between four
+    # independent 20 Mbit/s mirrors 30 ms away was undone at 2.8 s (the monitor's
+    # round and the 2 s window): 1.21x.
+    park_settle_s: float = 0.2
+    park_settle_rtts: float = 3.0
+    park_judge_s: float = 0.5
     # No parking for the access link with less work left than this at the current
     # rate (a probation's worth): it could not be judged, and its cut would be the
     # end's (drop_flows).
@@ -258,6 +268,14 @@ class Flow:
     # its warm-up (MirrorStats.steady_bps).
     steady_bytes: int = 0
     steady_s: float = 0.0
+    # The longest gap between two blocks of one lane lately (x 0.8 every monitor
+    # round): how bursty its server is (_judge_parkings_soon).
+    gap_s: float = 0.0
+    # The server refused or ignored a range at an offset (REST, Range): the flow
+    # reads each range from byte 0 and skips what comes before it, and takes work
+    # only when no flow that can ask for ranges is left (_run_lane, _next_work).
+    from_zero: bool = False
+    last_error: str = ""
 
     def rate_estimate(self, now: float) -> float | None:
         r = self.rate.rate(now)
@@ -286,6 +304,10 @@ class Parking:
     at: float
     aggregate_before: float  # bytes/s of all flows over the seconds before
     access_link: bool = False  # parked because the flows filled the access link
+    judge_from: float = 0.0  # when the flows left are first counted (_judge_parkings_soon)
+    mark: tuple[float, int] | None = None  # (clock, their bytes) then
+    span: float = 0.0  # how long they are counted from the mark
+    judged: bool = False  # judged soon: the probation decides the rest
 
 
 @dataclass
@@ -670,7 +692,11 @@ class DownloadEngine:
         if recent is not None:  # one verdict's set arrives as several calls
             recent.flows.append(flow.id)
         else:
-            self._parkings.append(Parking([flow.id], now, before, kind == "parked"))
+            rtt = max((self._path_rtt(f) for f in working), default=0.0)
+            settle = max(self.cfg.park_settle_s, self.cfg.park_settle_rtts * rtt)
+            self._parkings.append(
+                Parking([flow.id], now, before, kind == "parked", judge_from=now + settle)
+            )
         self._event(
             kind, flow, f"{why}; parked: its work goes to the flows left, the mirror stays "
             "in reserve",
@@ -695,6 +721,65 @@ class DownloadEngine:
                 return True
         return False
 
+    def _judge_parkings_soon(self, now: float) -> float | None:
+        """Lock held: judge each parking on the bytes of the flows left since it
+        settled (config: park_settle_s, park_judge_s), all of them at work, and
+        undo it when they carry
+        clearly less than all did before (the verdict was wrong), or, parked for a
+        full access link, when that link has room without it. The monitor calls it
+        between its rounds; returns when it next has something to judge (None:
+        nothing)."""
+        due: float | None = None
+        for p in list(self._parkings):
+            if p.judged:
+                continue
+            left = [f for f in self.flows.values()
+                    if f.alive and not f.parked and f.id not in p.flows]
+            if any(f.lane is None or f.lane.first_byte is None
+                   or f.lane.reserved >= f.lane.end.value for f in left):
+                # one of them is out of work, waiting for its range's first byte or
+                # ending its range (the parked flow's remainder not dealt yet, an
+                # ABOR under way): what they carry then says nothing of the verdict
+                p.mark = None
+                continue
+            if p.mark is None:
+                if now < p.judge_from:
+                    due = p.judge_from if due is None else min(due, p.judge_from)
+                    continue
+                gap = max((f.gap_s for f in left), default=0.0)
+                p.mark = (now, sum(f.stats.received for f in left))
+                p.span = max(self.cfg.park_judge_s, 2 * gap)
+            t0, b0 = p.mark
+            span = p.span
+            if now - t0 < span:
+                due = t0 + span if due is None else min(due, t0 + span)
+                continue
+            p.judged = True
+            rate = (sum(f.stats.received for f in left) - b0) / (now - t0)
+            link = (self.cfg.access_bps or 0.0) / 8
+            if rate < self.cfg.park_hold * p.aggregate_before:
+                why = "the shared-link verdict did not hold"
+            elif p.access_link and rate < self.cfg.access_full * link:
+                why = f"the {link * 8 / 1e6:.2f} Mbit/s access link has room for it"
+            else:
+                continue
+            self._undo_parking(p, rate, why)
+        return due
+
+    def _undo_parking(self, p: Parking, rate: float, why: str) -> None:
+        """Lock held: put the flows of parking ``p`` back to work; no more parkings."""
+        if p in self._parkings:
+            self._parkings.remove(p)
+        self._parking_failed = True
+        for fid in p.flows:
+            f = self.flows.get(fid)
+            if f is not None:
+                self._unpark(
+                    f,
+                    f"the flows left carried {rate * 8 / 1e6:.2f} Mbit/s after it was parked, "
+                    f"{p.aggregate_before * 8 / 1e6:.2f} before: {why}",
+                )
+
     def _check_parkings(self, now: float) -> None:
         """Lock held: the probation of parked flows (see drop_flows)."""
         for p in list(self._parkings):
@@ -717,15 +802,7 @@ class DownloadEngine:
                 why = f"the {link * 8 / 1e6:.2f} Mbit/s access link has room for it"
             else:
                 continue
-            self._parking_failed = True
-            for fid in p.flows:
-                f = self.flows.get(fid)
-                if f is not None:
-                    self._unpark(
-                        f,
-                        f"the flows left carried {agg * 8 / 1e6:.2f} Mbit/s after it was parked, "
-                        f"{p.aggregate_before * 8 / 1e6:.2f} before: {why}",
-                    )
+            self._undo_parking(p, agg, why)
 
     # --- setup ------------------------------------------------------------------------
 
@@ -1208,6 +1285,12 @@ class DownloadEngine:
                 if queued is not None:
                     flow.lane = queued
                     return queued
+                if flow.from_zero and self._range_flows_left(flow):
+                    flow.stats.state = "standby"
+                    if self._check_stuck():
+                        return None
+                    self._lock.wait(0.25)
+                    continue
                 for job in list(self.repairs):
                     if flow.id not in job.avoid:
                         self.repairs.remove(job)
@@ -1231,7 +1314,7 @@ class DownloadEngine:
                 rng = self._untaken_range(flow)
                 if rng is not None:
                     return self._new_lane(flow, "normal", *rng)
-                move = self._plan_tail(flow)
+                move = None if flow.from_zero else self._plan_tail(flow)
                 if isinstance(move, Steal):
                     return self._new_lane(flow, "normal", *self._steal(flow, move))
                 if isinstance(move, Duplicate):
@@ -1248,6 +1331,16 @@ class DownloadEngine:
                 if self._check_stuck():
                     return None
                 self._lock.wait(0.25)
+
+    def _range_flows_left(self, flow: Flow) -> bool:
+        """Lock held: whether a flow other than ``flow`` that can ask for ranges at
+        any offset is alive (a from_zero flow leaves the work to it)."""
+        if any(
+            f is not flow and f.alive and not f.cancel.is_set() and not f.from_zero
+            for f in self.flows.values()
+        ):
+            return True
+        return self._start_backup()  # (one that has not been asked yet)
 
     def _untaken_range(self, flow: Flow) -> tuple[int, int] | None:
         """Lock held: work nobody fetches, in the order a flow takes it: its own
@@ -1450,9 +1543,12 @@ class DownloadEngine:
             overlapped = getattr(flow.fetcher, "overlapped", 0)
             flow.warm_up(lane.requested_at, self._warm_up_s(flow))
             flow.rate.start(lane.requested_at)
-            flow.fetcher.fetch(
-                lane.reserved, lane.end, lambda o, d, t: self._sink(lane, o, d, t), flow.cancel
-            )
+            if flow.from_zero and lane.reserved > 0:
+                self._fetch_from_zero(flow, lane)
+            else:
+                flow.fetcher.fetch(
+                    lane.reserved, lane.end, lambda o, d, t: self._sink(lane, o, d, t), flow.cancel
+                )
             # (begun ahead and taken over: not when its start failed meanwhile)
             flow.stats.ranges_ahead += getattr(flow.fetcher, "overlapped", 0) - overlapped
             with self._lock:
@@ -1492,8 +1588,47 @@ class DownloadEngine:
         with self._lock:
             return self._on_failure(flow, error)
 
+    def _fetch_from_zero(self, flow: Flow, lane: Lane) -> None:
+        """A from_zero flow's lane: the transfer from byte 0 up to the lane's end,
+        every byte before the lane's start read and dropped (counted as duplicate
+        bytes: fetched and not used)."""
+        assert flow.fetcher is not None
+        skip = lane.reserved
+        self._event("from-zero", flow, f"reads [0, {skip}) again to reach [{skip}, "
+                    f"{lane.end.value})")
+
+        def sink(offset: int, data: memoryview, arrival_ns: int) -> None:
+            end = offset + len(data)
+            if end <= skip:
+                with self._lock:
+                    self.duplicate_bytes += len(data)
+                return
+            if offset < skip:
+                with self._lock:
+                    self.duplicate_bytes += skip - offset
+                data, offset = data[skip - offset :], skip
+            self._sink(lane, offset, data, arrival_ns)
+
+        flow.fetcher.fetch(0, lane.end, sink, flow.cancel)
+
     def _on_failure(self, flow: Flow, error: TransferError) -> bool:
         """Caller holds the lock. True: retry on this mirror after a backoff."""
+        flow.last_error = f"{type(error).__name__}: {error}"
+        if isinstance(error, RangeNotHonoured) and not flow.from_zero:
+            # From byte 0 it still serves: kept for when no other mirror can.
+            flow.from_zero = True
+            flow.replaced = flow.replaced or self._start_backup()
+            if flow.fetcher is not None:
+                fetcher, flow.fetcher = flow.fetcher, None
+                try:
+                    fetcher.close()
+                except Exception as exc:
+                    self._log(f"{flow.id}: closing after an error failed: {exc}")
+            self._drop_queued(flow)
+            self._event("no-ranges", flow, f"{error}; it reads from byte 0 from now on, "
+                        "and only when no other mirror can serve ranges")
+            self._lock.notify_all()
+            return True
         flow.consecutive_failures += 1
         if self._lead_phase != "off" and flow.id == self._lead_name:
             self._release_standbys(f"{flow.id} failed: {error}")
@@ -1638,6 +1773,8 @@ class DownloadEngine:
                         switch if flow.switch_s is None else 0.7 * flow.switch_s + 0.3 * switch
                     )
             flow.stats.received += n
+            if lane.first_byte != now and now - flow.last_data > flow.gap_s:
+                flow.gap_s = now - flow.last_data  # (within a lane: not a switch)
             flow.last_data = now
             if self._lead_phase == "probing" and flow.id == self._lead_name:
                 self._judge_lead(now)
@@ -1846,7 +1983,10 @@ class DownloadEngine:
             left = self.size - self.committed.total()
             self._abort = NoMirrorCouldServe(
                 f"every mirror failed with {left} bytes still missing: "
-                + "; ".join(f"{s.name}: {s.state}" for s in self.stats)
+                + "; ".join(
+                    f"{f.id}: {f.stats.state}" + (f" ({f.last_error})" if f.last_error else "")
+                    for f in self.flows.values()
+                )
             )
             self._lock.notify_all()
             return True
@@ -1882,14 +2022,18 @@ class DownloadEngine:
                 # Notifications are frequent (every piece): wait out the full interval.
                 deadline = self._clock() + self.cfg.monitor_interval_s
                 while not (self._finished or self._abort is not None):
-                    left = deadline - self._clock()
+                    now = self._clock()
+                    left = deadline - now
                     if left <= 0:
                         break
-                    self._lock.wait(left)
+                    due = self._judge_parkings_soon(now) if self._parkings else None
+                    self._lock.wait(left if due is None else min(left, max(0.01, due - now)))
                 if self._finished or self._abort is not None:
                     return
                 now = self._clock()
                 self._check_parkings(now)
+                for f in self.flows.values():
+                    f.gap_s *= 0.8
                 self._judge_lead(now)
                 # (judged on an aggregate window that starts after the verdict: the
                 # slow start before it is no reason to let the others in)

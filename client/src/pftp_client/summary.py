@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 EventKind = Literal[
     "slow", "failed", "retry", "congested", "corrupt", "backup", "stolen", "duplicate",
-    "parked", "resumed",
+    "parked", "resumed", "no-ranges", "from-zero",
 ]
 
 

@@ -119,6 +119,59 @@ def test_a_mirror_that_comes_up_after_the_first_probe_is_asked_again(tmp_path, s
     assert any("asking again in 1 s" in n for n in s.notes), s.notes
 
 
+@pytest.fixture
+def silent_server():
+    """A TCP server that accepts connections and never says a word."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept())
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield listener.getsockname()[1]
+    listener.close()
+    for conn, _ in held:
+        conn.close()
+
+
+def test_a_mirror_that_never_answers_does_not_hold_the_download(
+    tmp_path, ftp_mirrors, silent_server
+):
+    """One mirror accepts and never greets: once the other has answered, it is
+    waited for a couple of seconds, not for its 30 s reply timeout."""
+    import time
+
+    data = os.urandom(500_000)
+    good = ftp_mirrors({"f.bin": data})[0].url("f.bin")
+    started = time.monotonic()
+    s = download(mirrors=[f"ftp://127.0.0.1:{silent_server}/f.bin", good],
+                 output=tmp_path / "f.bin", sha256=sha256_hex(data), timeout=30.0)
+    assert time.monotonic() - started < 10
+    _assert_clean(tmp_path / "f.bin", data)
+    assert any("has not answered" in n and "going on without it" in n for n in s.notes), s.notes
+
+
+def test_a_lone_mirror_that_never_answers_costs_one_timeout(tmp_path, silent_server):
+    """No greeting is not blamed on the pipelined login (no second connection one
+    command at a time), and a probe that took the timeout to fail is not asked
+    again."""
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(NoMirrorCouldServe, match="no greeting"):
+        download(mirrors=[f"ftp://127.0.0.1:{silent_server}/f.bin"],
+                 output=tmp_path / "f.bin", timeout=2.0)
+    assert time.monotonic() - started < 4.0
+
+
 def test_all_mirrors_dead_is_no_mirror_could_serve(tmp_path, closed_port_url):
     with pytest.raises(NoMirrorCouldServe):
         download(
@@ -169,6 +222,46 @@ def test_single_corrupt_mirror_never_renames_a_wrong_file(tmp_path, ftp_mirrors)
     target = tmp_path / "w.bin"
     with pytest.raises(VerificationFailed):
         download(mirrors=[bad[0].url("w.bin")], output=target, sha256=sha256_hex(data), config=FAST)
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("short_first", [True, False])
+def test_mirrors_that_disagree_on_the_size_one_against_one(tmp_path, ftp_mirrors, short_first):
+    """One copy a byte short, one good, no majority. Without a hash the longer one
+    is taken (a copy still being written is the usual odd one out); with one, the
+    other size is tried when the first does not verify, so the good mirror serves
+    whichever order they come in."""
+    data = os.urandom(300_001)
+    good = ftp_mirrors({"f.bin": data})[0].url("f.bin")
+    short = ftp_mirrors({"f.bin": data[:-1]})[0].url("f.bin")
+    mirrors = [short, good] if short_first else [good, short]
+    s = download(mirrors=mirrors, output=tmp_path / "a.bin", config=FAST)
+    assert (tmp_path / "a.bin").read_bytes() == data and not s.sha256_verified
+
+    s = download(mirrors=mirrors, output=tmp_path / "b.bin", sha256=sha256_hex(data), config=FAST)
+    assert (tmp_path / "b.bin").read_bytes() == data and s.sha256_verified
+    # and when the longer copy is the wrong one, the shorter is tried after it
+    s = download(mirrors=mirrors, output=tmp_path / "c.bin", sha256=sha256_hex(data[:-1]),
+                 config=FAST)
+    assert (tmp_path / "c.bin").read_bytes() == data[:-1] and s.sha256_verified
+    _assert_clean(tmp_path / "c.bin", data[:-1])
+
+
+def test_a_resume_checks_the_hash_the_interrupted_run_was_given(tmp_path, ftp_mirrors):
+    """The first run (given --sha256) kept half the file; the mirror's file has
+    changed since (same size) and the second run is given no hash: it checks
+    against the recorded one, so the mixed file is never put in place."""
+    from pftp_client.control_file import ControlState, save
+    from pftp_client.ranges import RangeSet
+
+    old, new = os.urandom(400_000), os.urandom(400_000)
+    url = ftp_mirrors({"f.bin": new})[0].url("f.bin")
+    target = tmp_path / "f.bin"
+    part_path(target).write_bytes(old)
+    save(ctl_path(target), ControlState("f.bin", len(old), sha256_hex(old), 65536, [url],
+                                        RangeSet([(0, 200_000)])))
+    with pytest.raises(VerificationFailed):
+        download(mirrors=[url], output=target, config=FAST)
     assert not target.exists()
 
 
@@ -505,6 +598,32 @@ def test_parked_flow_resumes_when_the_aggregate_falls(tmp_path, ftp_mirrors):
     assert next(x for x in s.mirrors if x.name == parked).state == "done"
 
 
+def test_a_wrong_parking_is_undone_within_a_second(tmp_path, start_nginx):
+    """Two independent mirrors sending smoothly (nginx limit_rate), one parked on a
+    wrong verdict: the flow left carries about half of what both did, and that
+    shows in its own bytes since the parking well before the aggregate's 2 s
+    window would tell (park_early_s, 1.5 s, and the monitor's round after it)."""
+    data = os.urandom(6 * 1024 * 1024 + 11)
+    first = start_nginx(slow_rate="1m")
+    first.put("f.bin", data)
+    second = start_nginx(root=first.root, slow_rate="1m")
+    factory, made = stand_in(DropAfter, f"http://127.0.0.1:{second.port}", 1, True)
+    s = download(
+        None,
+        mirrors=[m.url("f.bin", prefix="slow/") for m in (first, second)],
+        output=tmp_path / "f.bin",
+        config=FAST,
+        access_bandwidth_bps=None,
+        detector_factory=factory,
+    )
+    _assert_clean(tmp_path / "f.bin", data)
+    assert made[0].dropped, "the verdict was not acted on"
+    congested = next(e for e in s.events if e.kind == "congested")
+    resumed = next(e for e in s.events if e.kind == "resumed")
+    assert "did not hold" in resumed.detail
+    assert resumed.at_s - congested.at_s < 1.4, (congested, resumed)
+
+
 def test_parked_flow_takes_over_when_the_other_fails(tmp_path, ftp_mirrors):
     """The parked mirror is the reserve: when the only working flow's server dies,
     the parked one resumes and finishes the file."""
@@ -689,9 +808,9 @@ def test_real_servers_vsftpd_pureftpd_proftpd_nginx(
 
 def test_a_proftpd_mirror_that_refuses_restarts(tmp_path, start_proftpd):
     """proftpd with AllowRetrieveRestart off accepts REST, then refuses RETR with a
-    451 "Restart not permitted, try again": the mirror is given up at once (a range
-    refusal, not a transient error to retry with backoff) and the others serve its
-    portion; nothing it sent is written."""
+    451 "Restart not permitted, try again": a range refusal, not a transient error
+    to retry with backoff; the mirror is kept in reserve (it could still serve from
+    byte 0) while the other serves its portion; nothing it sent is written."""
     data = os.urandom(3 * 1024 * 1024 + 5)
     good = start_proftpd()
     good.put("f.bin", data)
@@ -706,9 +825,44 @@ def test_a_proftpd_mirror_that_refuses_restarts(tmp_path, start_proftpd):
     _assert_clean(tmp_path / "f.bin", data)
     by = {m.url: m for m in s.mirrors}
     assert by[refusing.url("f.bin")].bytes == 0
-    assert "failed" in by[refusing.url("f.bin")].events
-    assert "retry" not in by[refusing.url("f.bin")].events
+    assert by[refusing.url("f.bin")].events == ["no-ranges"]
+    assert by[refusing.url("f.bin")].state == "standby"
     assert by[good.url("f.bin")].bytes == len(data)
+
+
+def test_mirrors_that_all_ignore_ranges_still_serve_the_file(tmp_path, nginx_server):
+    """Two mirrors that both answer 200 with the whole file: the one whose range
+    starts past byte 0 reads from byte 0 and skips what comes before it (counted
+    as duplicate bytes), once no mirror that honours ranges is left."""
+    data = os.urandom(2_000_003)
+    nginx_server.put("f.bin", data)
+    urls = [nginx_server.url("f.bin", prefix="norange/"),
+            nginx_server.url("f.bin", prefix="norange//")]
+    s = download(mirrors=urls, output=tmp_path / "f.bin", sha256=sha256_hex(data), config=FAST)
+    _assert_clean(tmp_path / "f.bin", data)
+    assert s.sha256_verified
+    kinds = {e.kind for e in s.events}
+    assert {"no-ranges", "from-zero"} <= kinds
+    assert 0 < s.duplicate_bytes < len(data)
+
+
+def test_resume_from_a_mirror_that_ignores_ranges(tmp_path, nginx_server):
+    """Half of the file kept by an interrupted run; the only mirror ignores Range:
+    the rest is read from byte 0, the first half skipped, and the file verifies."""
+    from pftp_client.control_file import ControlState, save
+    from pftp_client.ranges import RangeSet
+
+    data = os.urandom(1_000_000)
+    nginx_server.put("f.bin", data)
+    url = nginx_server.url("f.bin", prefix="norange/")
+    target = tmp_path / "f.bin"
+    part_path(target).write_bytes(data[:500_000] + bytes(500_000))
+    save(ctl_path(target), ControlState("f.bin", len(data), sha256_hex(data), 65536, [url],
+                                        RangeSet([(0, 500_000)])))
+    s = download(mirrors=[url], output=target, config=FAST)
+    _assert_clean(target, data)
+    assert s.sha256_verified and s.resumed_bytes == 500_000
+    assert s.duplicate_bytes == 500_000
 
 
 def test_large_file_blocks_dealt_in_rounds(tmp_path, ftp_mirrors):

@@ -994,9 +994,14 @@ class FtpFetcher:
         """
         user, password = self._credentials()
         batch = self._login_batch(ctrl, user, password) if self.pipeline else []
-        greeting = ctrl.reply()
-        while greeting.code == 120:  # "service ready in nnn minutes"
+        try:
             greeting = ctrl.reply()
+            while greeting.code == 120:  # "service ready in nnn minutes"
+                greeting = ctrl.reply()
+        except _ControlLost as exc:
+            # Nothing at all from the server: not the pipelined commands' fault (a
+            # server that accepts and never speaks would cost a second timeout).
+            raise _ControlLost(f"no greeting: {exc}") from exc
         if greeting.code != 220:
             raise error_for_reply(f"{self._where()}: greeting", greeting)
         if self.pipeline and any(g in greeting.text for g in _SYNC_ONLY_GREETINGS):
