@@ -100,3 +100,27 @@ def test_flow_timings_ring_is_bounded_and_ordered():
 
 def test_part_and_ctl_names():
     assert ctl_path(Path("/d/x.iso")).name == "x.iso.pftp-ctl"
+
+
+def test_control_file_write_failure_names_the_file_and_keeps_the_old_one(
+    tmp_path, monkeypatch
+):
+    """A write that fails (the disk full when the new state is put in place) leaves
+    the old control file as it was, no temporary file behind, and says which file
+    could not be written."""
+    import errno
+
+    from pftp_client import control_file
+
+    ctl = tmp_path / "f.bin.pftp-ctl"
+    save(ctl, ControlState("f.bin", 10, None, 4, ["ftp://h/f.bin"], RangeSet([(0, 4)])))
+
+    def full(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(control_file.os, "replace", full)
+    with pytest.raises(OSError, match=r"cannot write .*f\.bin\.pftp-ctl: No space left"):
+        save(ctl, ControlState("f.bin", 10, None, 4, ["ftp://h/f.bin"], RangeSet([(0, 8)])))
+    monkeypatch.undo()
+    assert load(ctl).done == RangeSet([(0, 4)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.bin.pftp-ctl"]

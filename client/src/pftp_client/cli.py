@@ -38,6 +38,17 @@ EXIT_OTHER = 5
 EXIT_INTERRUPTED = 130
 
 
+def _positive_seconds(text: str) -> float:
+    """argparse type: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return value
+
+
 class CliExit(Exception):
     def __init__(self, code: int) -> None:
         super().__init__(code)
@@ -135,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     get.add_argument(
         "--stall-timeout",
-        type=float,
+        type=_positive_seconds,
         default=None,
         metavar="SECONDS",
         help="seconds without data before a mirror counts as failed",
@@ -188,7 +199,7 @@ def get(
             access_bandwidth_setting=settings.access_bandwidth,
             resume=not restart,
             timeout=settings.timeout,
-            stall_timeout=stall_timeout or settings.stall_timeout,
+            stall_timeout=settings.stall_timeout if stall_timeout is None else stall_timeout,
             progress=progress,
         )
     except UsageError as exc:

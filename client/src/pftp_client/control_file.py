@@ -105,10 +105,16 @@ def load(path: Path) -> ControlState | None:
 
 
 def save(path: Path, state: ControlState) -> None:
+    """Replace the control file atomically. A failed write (a full disk) leaves the
+    old one in place, removes the temporary file, and says which file failed."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(state.to_json())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(state.to_json())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def remove(path: Path) -> None:

@@ -288,10 +288,13 @@ def _majority_size(sizes: dict[str, int], say: Callable[[str], None]) -> tuple[i
 
 def _output_path(output: str | os.PathLike[str] | None, name: str) -> Path:
     if output is None:
-        return Path.cwd() / _basename(name)
-    p = Path(output)
-    if p.is_dir():
-        return p / _basename(name)
+        p = Path.cwd() / _basename(name)
+    else:
+        p = Path(output)
+        if p.is_dir():
+            p = p / _basename(name)
+    if p.is_dir():  # (checked before a byte is fetched: the rename would fail at the end)
+        raise UsageError(f"the output {p} is a directory; name a file with -o")
     return p
 
 
@@ -361,6 +364,7 @@ def download(
         sha256 = sha256.strip().lower()
         if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
             raise UsageError("--sha256 must be 64 hex digits")
+    _output_path(output, name or urls[0])  # (a directory in the way fails now, not at the end)
     coordinators = [coordinator] if isinstance(coordinator, str) else list(coordinator or [])
     if name and not urls and not coordinators:
         from pftp_client.coordinator import CoordinatorUnavailable
@@ -816,6 +820,7 @@ def _run_plan(
                 for s in result.mirrors:
                     if s.name == mirror and "corrupt" not in s.events:
                         s.events.append("corrupt")
+                        s.state = "corrupt"  # (it served wrong bytes: not "done")
         syncer.join()
         part.finalize(target)
         control_file.remove(ctl)

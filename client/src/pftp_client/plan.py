@@ -92,11 +92,17 @@ class Plan:
 
 
 def check_url(url: str) -> str:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # (property access validates it)
+    except ValueError as exc:
+        raise PlanError(f"malformed mirror URL {url!r}: {exc}") from exc
     if parts.scheme not in SUPPORTED_SCHEMES or not parts.hostname:
         raise PlanError(
             f"unsupported mirror URL {url!r} (need ftp://, http:// or https://host/path)"
         )
+    if port == 0:
+        raise PlanError(f"malformed mirror URL {url!r}: port 0")
     return url
 
 

@@ -74,6 +74,29 @@ def test_exit_codes_usage_and_no_mirror(tmp_path, closed_port_url):
     assert r.returncode == 2
 
 
+@pytest.mark.parametrize("url, why", [
+    ("http://[::1/f.bin", "Invalid IPv6 URL"),
+    ("ftp://127.0.0.1:99999/f.bin", "out of range"),
+    ("http://127.0.0.1:abc/f.bin", "integer"),
+    ("ftp://127.0.0.1:0/f.bin", "port 0"),
+])
+def test_malformed_mirror_urls_are_usage_errors(tmp_path, url, why):
+    r = run_pftp(tmp_path, "get", "--mirror", url, "-o", str(tmp_path / "x"), timeout=20)
+    assert r.returncode == 2 and "malformed mirror URL" in r.stderr and why in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_output_and_timeouts_are_refused_before_any_transfer(tmp_path, closed_port_url):
+    (tmp_path / "out" / "f.bin").mkdir(parents=True)
+    r = run_pftp(tmp_path, "get", "--mirror", closed_port_url + "/f.bin", "-o",
+                 str(tmp_path / "out"), timeout=20)
+    assert r.returncode == 2 and "is a directory" in r.stderr, r.stderr
+    for value in ("0", "-3", "nan", "soon"):
+        r = run_pftp(tmp_path, "get", "--mirror", closed_port_url + "/f.bin",
+                     "--stall-timeout", value, timeout=20)
+        assert r.returncode == 2 and "--stall-timeout" in r.stderr, (value, r.stderr)
+
+
 def test_json_summary_and_verification_exit_code(tmp_path, ftp_mirrors):
     data = os.urandom(700_001)
     m = ftp_mirrors({"j.bin": data}, 2)

@@ -210,6 +210,7 @@ def test_corrupt_mirror_whole_file_hash_finds_culprit_and_repairs(
     _assert_clean(target, data)
     blamed = [x.name for x in s.mirrors if "corrupt" in x.events]
     assert blamed == [s.mirrors[0].name]
+    assert s.mirrors[0].state == "corrupt"
     assert s.refetched_bytes > 0 and s.sha256_verified
     if access:
         assert s.mirrors[0].bytes == len(data)
