@@ -10,6 +10,7 @@ Exit codes:
      fall back to, malformed coordinator answer, refusing to resume onto a
      different file, local I/O error
 130 interrupted (Ctrl-C); run the same command again to resume
+143 terminated (SIGTERM); likewise
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ EXIT_VERIFY = 3
 EXIT_NO_MIRROR = 4
 EXIT_OTHER = 5
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 
 def _positive_seconds(text: str) -> float:
@@ -205,8 +207,9 @@ def get(
     except UsageError as exc:
         raise _fail(EXIT_USAGE, str(exc)) from exc
     except KeyboardInterrupt as exc:
-        print("pftp: interrupted; run the same command again to resume", file=sys.stderr)
-        raise CliExit(EXIT_INTERRUPTED) from exc
+        why = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        print(f"pftp: {why}; run the same command again to resume", file=sys.stderr)
+        raise CliExit(EXIT_TERMINATED if why == "terminated" else EXIT_INTERRUPTED) from exc
     except Exception as exc:
         code = _exit_code(exc)
         if code is None:
@@ -260,7 +263,19 @@ def run(argv: Sequence[str] | None = None) -> int:
     return EXIT_OK
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a service manager, `kill`): ended like Ctrl-C, so the control file
+    is saved and the download resumes; exit 143 as a process killed by it."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main() -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
     _exit(run())
 
 

@@ -261,3 +261,30 @@ def test_big_sparse_file_memory_stays_bounded(tmp_path, ftp_mirrors, http_mirror
         f.seek(size // 2)
         assert f.read(6) == b"middle"
     assert peak_mib < 120
+
+
+def test_sigterm_saves_the_state_and_says_so(tmp_path, ftp_mirrors):
+    """SIGTERM (a service manager stopping it) ends the client as Ctrl-C does: a
+    message, exit 143, the control file kept, and the same command finishes."""
+    data = os.urandom(6 * 1024 * 1024 + 1)
+    m = ftp_mirrors({"t.bin": data}, 1, throttle={0: 1024 * 1024})
+    target = tmp_path / "t.bin"
+    args = ["get", "--mirror", m[0].url("t.bin"), "-o", str(target), "-q",
+            "--sha256", sha256_hex(data)]
+    proc = subprocess.Popen([*PFTP, *args], env=_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_progress(target, proc, 1024 * 1024)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, err
+    assert "terminated; run the same command again to resume" in err
+    saved = load(ctl_path(target))
+    assert saved is not None and saved.done.total() > 0
+    r = run_pftp(tmp_path, *args)
+    assert r.returncode == 0, r.stderr
+    assert target.read_bytes() == data
