@@ -200,12 +200,14 @@ def _start_probes(
 def _probe_results(
     probes: Sequence[_Background | early.EarlyProbe], say: Callable[[str], None],
     grace_s: float = PROBE_GRACE_S, errors: dict[str, str] | None = None,
+    late: list[_Background | early.EarlyProbe] | None = None,
 ) -> tuple[dict[str, int], dict[str, RangeFetcher]]:
     """The probes' answers in mirror order; keeps the connections that answered.
     Once one mirror has answered with a size, the others are waited for at most
     max(grace_s, 3 x the time it took); a mirror that has not answered by then (a
     server that accepts and never speaks, a blackholed address) is left out
-    instead of holding the whole download for its timeouts."""
+    instead of holding the whole download for its timeouts: into ``late`` (it may
+    join the download when it answers), else discarded."""
     t0 = time.monotonic()
     done: dict[int, Any] = {}
     first_at: float | None = None
@@ -230,10 +232,14 @@ def _probe_results(
             pending[0].wait(0.005)  # (returns at once when that one ends)
     for i, p in enumerate(probes):
         if i not in done:
-            p.discard()
+            if late is None:
+                p.discard()
+            else:
+                late.append(p)
             assert first_at is not None
             say(f"mirror {p.url} has not answered after {time.monotonic() - t0:.1f} s "
-                f"(another answered in {first_at - t0:.2f} s): going on without it")
+                f"(another answered in {first_at - t0:.2f} s): going on without it"
+                + (" until it does" if late is not None else ""))
     results = [done[i] for i in sorted(done)]
     if error is not None:
         for _u, f, _s, _e in results:
@@ -485,7 +491,8 @@ def download(
         probes = _start_probes([*urls, *spare], open_fetcher, timeout)
         start_background()
         why_not: dict[str, str] = {}
-        sizes, probed = _probe_results(probes, say, errors=why_not)
+        late: list[_Background | early.EarlyProbe] = []
+        sizes, probed = _probe_results(probes, say, errors=why_not, late=late)
         for wait in PROBE_RETRY_S:
             again = [u for u in [*urls, *spare] if u not in probed]
             if sizes or not again or time.monotonic() - asked_at > timeout / 2:
@@ -523,6 +530,7 @@ def download(
         plan = dynamic_plan(ident, active, [u for u in agree if u not in active])
     else:
         other_groups = []
+        late = []
 
     target = _output_path(output, name or urls[0])
     try:
@@ -557,6 +565,7 @@ def download(
                     coordinator=used_coordinator if report else None,
                     access_bw=bw,
                     t0=t0,
+                    late=_LateMirrors(late, fetcher_cache, say),
                 )
             except VerificationFailed as exc:
                 if not other_groups:
@@ -568,6 +577,8 @@ def download(
                 plan = dynamic_plan(ident, active, [u for u in agree if u not in active])
                 resume = False  # (the part file is of the other size)
     finally:
+        for probe in late:  # (discard waits for it in a thread of its own)
+            probe.discard()
         for probe in starting.values():  # not asked for by any flow
             probe.discard()
         _close_cache(fetcher_cache)
@@ -578,6 +589,39 @@ def check_url_or_usage(url: str) -> str:
         return check_url(url)
     except PlanError as exc:
         raise UsageError(str(exc)) from exc
+
+
+class _LateMirrors:
+    """Mirrors whose size probe had not answered when the download started
+    (_probe_results): each that answers with the file's size joins the running
+    download as a backup flow, on the connection its probe made."""
+
+    def __init__(
+        self, probes: list[_Background | early.EarlyProbe],
+        cache: dict[str, list[RangeFetcher]], say: Callable[[str], None],
+    ) -> None:
+        self.probes = probes
+        self.cache = cache
+        self.say = say
+
+    def watch(self, engine: Any, size: int) -> None:
+        for probe in self.probes:
+            threading.Thread(
+                target=self._join, args=(probe, engine, size), name="pftp-late", daemon=True
+            ).start()
+
+    def _join(self, probe: _Background | early.EarlyProbe, engine: Any, size: int) -> None:
+        probe.wait(None)  # (bounded by its own timeouts)
+        try:
+            url, fetcher, got, _error = probe.result()
+        except Exception as exc:  # raised in the probe thread: reported, not joined
+            self.say(f"mirror {probe.url}: {exc}")
+            return
+        if fetcher is None or got != size:
+            return  # (discarded with the others: download()'s finally)
+        self.cache.setdefault(url, []).append(fetcher)
+        if not engine.join(url, "its size probe answered after the download had started"):
+            fetcher.close()
 
 
 def _cached_opener(
@@ -644,6 +688,7 @@ def _run_plan(
     access_bw: int | None,
     t0: float,
     capture_permitted: Callable[[], bool] | None = None,
+    late: _LateMirrors | None = None,
 ) -> DownloadSummary:
     from pftp_client import control_file
     from pftp_client.congestion_wiring import (
@@ -744,6 +789,8 @@ def _run_plan(
         log=lambda m: log.info(m),
     )
     hasher.advance(done.contiguous_end(0))
+    if late is not None:
+        late.watch(engine, ident.size)
     if progress is not None:
         progress.start(ident.name, ident.size, [m.name for m in plan.active])
     ticker_stop = threading.Event()

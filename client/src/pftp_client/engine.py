@@ -1039,6 +1039,22 @@ class DownloadEngine:
         flow.thread.start()
         return flow
 
+    def join(self, url: str, why: str) -> bool:
+        """Start a flow for a mirror that was not in the plan (one whose size probe
+        answered late, downloader._LateMirrors): it takes work like a backup that
+        joined. False when the download is over or already has that mirror."""
+        from pftp_client.plan import MirrorSource, mirror_name
+
+        with self._lock:
+            if self._finished or self._abort is not None:
+                return False
+            if any(f.mirror.url == url for f in self.flows.values()):
+                return False
+            taken = {*self.flows, *(b.name for b in self.backups)}
+            self._start_flow(MirrorSource(mirror_name(url, taken), url), "backup", why)
+            self._lock.notify_all()
+            return True
+
     def _top_up(self, now: float) -> None:
         """Lock held, every monitor round: when the flows together stay well below
         the client's access link and a backup is waiting, the next backup joins. It

@@ -159,6 +159,32 @@ def test_a_mirror_that_never_answers_does_not_hold_the_download(
     assert any("has not answered" in n and "going on without it" in n for n in s.notes), s.notes
 
 
+def test_a_mirror_that_answers_late_joins_the_running_download(
+    tmp_path, ftp_mirrors, start_pyftpd
+):
+    """A mirror that greets 3 s late (slow reverse DNS, a busy server) is left out
+    when the download starts, and joins it as a backup flow once it answers."""
+    import time
+
+    from pyftpdlib.handlers import FTPHandler
+
+    class LateGreeting(FTPHandler):
+        def handle(self) -> None:
+            time.sleep(3.0)  # (blocks this server's own loop only)
+            super().handle()
+
+    data = os.urandom(8 * 1024 * 1024 + 5)
+    good = ftp_mirrors({"f.bin": data}, throttle={0: 1024 * 1024})[0].url("f.bin")
+    late = start_pyftpd(handler=LateGreeting)
+    late.put("f.bin", data)
+    s = download(mirrors=[good, late.url("f.bin")], output=tmp_path / "f.bin",
+                 sha256=sha256_hex(data), config=FAST, access_bandwidth_bps=None)
+    _assert_clean(tmp_path / "f.bin", data)
+    joined = next(m for m in s.mirrors if m.url == late.url("f.bin"))
+    assert joined.role == "backup" and "backup" in joined.events and joined.bytes > 0
+    assert any("until it does" in n for n in s.notes), s.notes
+
+
 def test_a_lone_mirror_that_never_answers_costs_one_timeout(tmp_path, silent_server):
     """No greeting is not blamed on the pipelined login (no second connection one
     command at a time), and a probe that took the timeout to fail is not asked
