@@ -522,6 +522,7 @@ def download(
                 )
             )
         size, agree = _majority_size(sizes, say)
+        failed = [u for u in urls if u not in probed and all(p.url != u for p in late)]
         # With a SHA-256 to check against, mirrors of another size are tried next
         # when this group's file does not verify (the majority may be the wrong copy).
         other_groups = _size_groups(sizes)[1:] if sha256 else []
@@ -531,8 +532,14 @@ def download(
     else:
         other_groups = []
         late = []
+        failed = []
 
     target = _output_path(output, name or urls[0])
+    late_mirrors: _LateMirrors | None = _LateMirrors(
+        late, fetcher_cache, say, failed=failed,
+        reprobe=lambda u: _start_probes([u], open_fetcher, timeout)[0],
+    )
+    every_late = late_mirrors
     try:
         background[0].result()  # the imports
         from pftp_client.engine import EngineConfig
@@ -565,7 +572,7 @@ def download(
                     coordinator=used_coordinator if report else None,
                     access_bw=bw,
                     t0=t0,
-                    late=_LateMirrors(late, fetcher_cache, say),
+                    late=late_mirrors,
                 )
             except VerificationFailed as exc:
                 if not other_groups:
@@ -576,8 +583,10 @@ def download(
                 active = [u for u in agree if u not in spare] or agree[:1]
                 plan = dynamic_plan(ident, active, [u for u in agree if u not in active])
                 resume = False  # (the part file is of the other size)
+                late_mirrors = None  # (they answered for the first group's size)
     finally:
-        for probe in late:  # (discard waits for it in a thread of its own)
+        every_late.done.set()
+        for probe in every_late.probes:  # (discard waits for it in a thread of its own)
             probe.discard()
         for probe in starting.values():  # not asked for by any flow
             probe.discard()
@@ -599,18 +608,40 @@ class _LateMirrors:
     def __init__(
         self, probes: list[_Background | early.EarlyProbe],
         cache: dict[str, list[RangeFetcher]], say: Callable[[str], None],
+        failed: Sequence[str] = (), reprobe: Callable[[str], _Background] | None = None,
     ) -> None:
         self.probes = probes
         self.cache = cache
         self.say = say
+        # Mirrors whose probe failed while others answered (a 503, a server
+        # restarting): asked again in the background, after PROBE_RETRY_S.
+        self.failed = list(failed) if reprobe is not None else []
+        self.reprobe = reprobe
+        self.done = threading.Event()
 
     def watch(self, engine: Any, size: int) -> None:
         for probe in self.probes:
             threading.Thread(
                 target=self._join, args=(probe, engine, size), name="pftp-late", daemon=True
             ).start()
+        for url in self.failed:
+            threading.Thread(
+                target=self._ask_again, args=(url, engine, size), name="pftp-late", daemon=True
+            ).start()
 
-    def _join(self, probe: _Background | early.EarlyProbe, engine: Any, size: int) -> None:
+    def _ask_again(self, url: str, engine: Any, size: int) -> None:
+        assert self.reprobe is not None
+        for wait in PROBE_RETRY_S:
+            if self.done.wait(wait):
+                return
+            probe = self.reprobe(url)
+            self.probes.append(probe)  # (discarded with the others at the end)
+            if self._join(probe, engine, size, quiet=True):
+                return
+
+    def _join(
+        self, probe: _Background | early.EarlyProbe, engine: Any, size: int, quiet: bool = False
+    ) -> bool:
         probe.wait(None)  # (bounded by its own timeouts)
         try:
             url, fetcher, got, _error = probe.result()
@@ -618,10 +649,12 @@ class _LateMirrors:
             self.say(f"mirror {probe.url}: {exc}")
             return
         if fetcher is None or got != size:
-            return  # (discarded with the others: download()'s finally)
+            return False  # (discarded with the others: download()'s finally)
         self.cache.setdefault(url, []).append(fetcher)
         if not engine.join(url, "its size probe answered after the download had started"):
             fetcher.close()
+            return False
+        return True
 
 
 def _cached_opener(

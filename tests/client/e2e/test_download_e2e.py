@@ -185,6 +185,34 @@ def test_a_mirror_that_answers_late_joins_the_running_download(
     assert any("until it does" in n for n in s.notes), s.notes
 
 
+def test_a_mirror_busy_at_the_start_joins_when_asked_again(tmp_path, ftp_mirrors, start_pyftpd):
+    """The size probe meets "421 too many users" while another mirror answers: the
+    download starts without it, asks it again in the background, and it joins."""
+    from pyftpdlib.handlers import FTPHandler
+
+    connections = [0]
+
+    class BusyOnce(FTPHandler):
+        def handle(self) -> None:
+            connections[0] += 1
+            if connections[0] == 1:
+                self.respond("421 Too many users, try again later.")
+                self.close_when_done()
+                return
+            super().handle()
+
+    data = os.urandom(8 * 1024 * 1024 + 5)
+    good = ftp_mirrors({"f.bin": data}, throttle={0: 1024 * 1024})[0].url("f.bin")
+    busy = start_pyftpd(handler=BusyOnce)
+    busy.put("f.bin", data)
+    s = download(mirrors=[good, busy.url("f.bin")], output=tmp_path / "f.bin",
+                 sha256=sha256_hex(data), config=FAST, access_bandwidth_bps=None)
+    _assert_clean(tmp_path / "f.bin", data)
+    joined = next(m for m in s.mirrors if m.url == busy.url("f.bin"))
+    assert joined.role == "backup" and joined.bytes > 0
+    assert connections[0] >= 2
+
+
 def test_a_lone_mirror_that_never_answers_costs_one_timeout(tmp_path, silent_server):
     """No greeting is not blamed on the pipelined login (no second connection one
     command at a time), and a probe that took the timeout to fail is not asked
