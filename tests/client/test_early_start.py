@@ -328,3 +328,52 @@ def test_the_early_transfers_check_rest_from_their_data(
     assert summary.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
     assert all(_head_offset(p) is None for p in probes)  # each was taken over
     assert summary.duplicate_bytes == 0
+
+
+def _late_greeting(delay_s: float) -> type:
+    import time
+
+    from pyftpdlib.handlers import FTPHandler
+
+    class LateGreeting(FTPHandler):
+        def handle(self) -> None:
+            time.sleep(delay_s)  # (blocks this server's own loop only)
+            super().handle()
+
+    return LateGreeting
+
+
+@pytest.mark.parametrize("same_file", [True, False])
+def test_a_slow_entry_point_probe_does_not_hold_the_start(
+    start_pyftpd, tmp_path: Path, clean_early, monkeypatch, same_file: bool
+) -> None:
+    """The entry point's probe of one mirror answers 2.5 s late (longer than the
+    other mirrors' size answers are waited for). Its transfer is begun at its block
+    like the others', so the download starts without it and its flow waits for its
+    own probe: it stays an active mirror (not a late backup). When it then reports
+    another size, its flow fails with that and the others serve its block."""
+    from pftp_client import download
+
+    monkeypatch.delenv("PFTP_ACCESS_BANDWIDTH", raising=False)
+    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
+    data = os.urandom(3_000_001)
+    first = start_pyftpd()
+    first.put("f.bin", data)
+    second = start_pyftpd(root=first.root)
+    slow = start_pyftpd(handler=_late_greeting(2.5))
+    slow.put("f.bin", data if same_file else data + b"x")
+    urls = [first.url("f.bin"), second.url("f.bin"), slow.url("f.bin")]
+    early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
+    summary = download(mirrors=urls, output=tmp_path / "f.bin", timeout=30.0,
+                       sha256=hashlib.sha256(data).hexdigest(), congestion="off")
+    assert summary.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
+    by = {m.url: m for m in summary.mirrors}
+    late = by[slow.url("f.bin")]
+    assert late.role == "active" and "backup" not in late.events
+    assert not any("has not answered" in n for n in summary.notes), summary.notes
+    if same_file:
+        assert late.state == "done"
+    else:
+        assert late.state == "failed" and late.bytes == 0
+        failed = next(e for e in summary.events if e.kind == "failed")
+        assert f"reports {len(data) + 1} bytes" in failed.detail

@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 from pftp_client import early
 from pftp_client.lazy import lazy_attributes
 from pftp_client.plan import FileIdentity, Plan, PlanError, check_url, dynamic_plan
-from pftp_client.transports.base import RangeFetcher, TransferError
+from pftp_client.transports.base import PermanentError, RangeFetcher, TransferError
 from pftp_client.transports.base import open_fetcher as default_open_fetcher
 
 if TYPE_CHECKING:
@@ -201,13 +201,18 @@ def _probe_results(
     probes: Sequence[_Background | early.EarlyProbe], say: Callable[[str], None],
     grace_s: float = PROBE_GRACE_S, errors: dict[str, str] | None = None,
     late: list[_Background | early.EarlyProbe] | None = None,
+    provisional: list[early.EarlyProbe] | None = None,
 ) -> tuple[dict[str, int], dict[str, RangeFetcher]]:
     """The probes' answers in mirror order; keeps the connections that answered.
     Once one mirror has answered with a size, the others are waited for at most
     max(grace_s, 3 x the time it took); a mirror that has not answered by then (a
     server that accepts and never speaks, a blackholed address) is left out
     instead of holding the whole download for its timeouts: into ``late`` (it may
-    join the download when it answers), else discarded."""
+    join the download when it answers), else discarded. With ``provisional``, the
+    entry point's probes (early.py) still running max(50 ms, 2 x the first
+    answer) after it go there instead: their transfers have begun at their blocks
+    and stall once their buffers are full, so the download starts with them and
+    each flow waits for its own (_cached_opener, ``strict``)."""
     t0 = time.monotonic()
     done: dict[int, Any] = {}
     first_at: float | None = None
@@ -228,9 +233,18 @@ def _probe_results(
         if first_at is not None and now >= first_at + max(grace_s, 3 * (first_at - t0)):
             break
         pending = [p for i, p in enumerate(probes) if i not in done]
+        if (
+            provisional is not None and first_at is not None and pending
+            and all(isinstance(p, early.EarlyProbe) for p in pending)
+            and now >= first_at + max(0.05, 2 * (first_at - t0))
+        ):
+            break
         if pending:
             pending[0].wait(0.005)  # (returns at once when that one ends)
     for i, p in enumerate(probes):
+        if i not in done and provisional is not None and isinstance(p, early.EarlyProbe):
+            provisional.append(p)
+            continue
         if i not in done:
             if late is None:
                 p.discard()
@@ -492,7 +506,16 @@ def download(
         start_background()
         why_not: dict[str, str] = {}
         late: list[_Background | early.EarlyProbe] = []
-        sizes, probed = _probe_results(probes, say, errors=why_not, late=late)
+        pending: list[early.EarlyProbe] = []
+        sizes, probed = _probe_results(
+            probes, say, errors=why_not, late=late,
+            provisional=pending if open_fetcher is default_open_fetcher else None,
+        )
+        # (only --mirror URLs are waited for in their flows; a late backup stays out)
+        for p in [*[p for p in pending if p.url in spare], *[p for p in late if p.url in spare]]:
+            p.discard()
+        late = [p for p in late if p.url not in spare]
+        pending = [p for p in pending if p.url not in spare]
         for wait in PROBE_RETRY_S:
             again = [u for u in [*urls, *spare] if u not in probed]
             if sizes or not again or time.monotonic() - asked_at > timeout / 2:
@@ -511,6 +534,8 @@ def download(
         for u, f in probed.items():
             fetcher_cache.setdefault(u, []).append(f)
         if not sizes:
+            for p in pending:
+                p.discard()
             _close_cache(fetcher_cache)
             from pftp_client.engine import NoMirrorCouldServe
 
@@ -522,17 +547,25 @@ def download(
                 )
             )
         size, agree = _majority_size(sizes, say)
-        failed = [u for u in urls if u not in probed and all(p.url != u for p in late)]
+        failed = [u for u in urls if u not in probed
+                  and all(p.url != u for p in [*late, *pending])]
         # With a SHA-256 to check against, mirrors of another size are tried next
         # when this group's file does not verify (the majority may be the wrong copy).
         other_groups = _size_groups(sizes)[1:] if sha256 else []
         ident = FileIdentity(name=_basename(name or urls[0]), size=size, sha256=sha256)
-        active = [u for u in agree if u not in spare] or agree[:1]
+        waited = {p.url for p in pending}
+        # (in the order given: the entry point began each transfer at its slot's block)
+        active = [u for u in urls if u in waited or (u in agree and u not in spare)]
+        active = active or agree[:1]
         plan = dynamic_plan(ident, active, [u for u in agree if u not in active])
+        for p in pending:
+            starting[p.url] = p
+        strict = waited
     else:
         other_groups = []
         late = []
         failed = []
+        strict = set()
 
     target = _output_path(output, name or urls[0])
     late_mirrors: _LateMirrors | None = _LateMirrors(
@@ -567,7 +600,7 @@ def download(
                     congestion=congestion,
                     capture_permitted=capture_check.result if capture_check is not None else None,
                     open_fetcher=_cached_opener(
-                        open_fetcher, fetcher_cache, starting, plan.file.size
+                        open_fetcher, fetcher_cache, starting, plan.file.size, strict
                     ),
                     coordinator=used_coordinator if report else None,
                     access_bw=bw,
@@ -662,10 +695,13 @@ def _cached_opener(
     cache: dict[str, list[RangeFetcher]],
     starting: dict[str, early.EarlyProbe] | None = None,
     size: int = 0,
+    strict: set[str] | frozenset[str] = frozenset(),
 ) -> Callable[..., RangeFetcher]:
     """Hands out the probes' connections first. ``starting``: connections still
-    being made (early.start_portions); the flow that asks waits for its own, which
-    is never later than making a new one."""
+    being made (early.start_portions, or the entry point's probes the download
+    did not wait for); the flow that asks waits for its own, which is never later
+    than making a new one. A URL in ``strict`` has not shown the file's size yet:
+    if its probe fails or finds another size, the flow fails with that."""
     lock = threading.Lock()
     starting = starting if starting is not None else {}
 
@@ -676,6 +712,14 @@ def _cached_opener(
             probe = starting.pop(url, None) if f is None else None
         if probe is not None:
             f = probe.take(size)
+            if f is None and url in strict:
+                try:
+                    _u, _f, got, err = probe.result()
+                except Exception as exc:  # raised in the probe thread
+                    err, got = str(exc), None
+                raise PermanentError(
+                    err or f"{url}: reports {got} bytes, the other mirrors {size}"
+                )
         if f is None:
             return open_fetcher(url, **kw)
         if "stall_timeout" in kw and hasattr(f, "stall_timeout"):
