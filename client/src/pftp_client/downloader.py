@@ -384,7 +384,8 @@ def download(
         sha256 = sha256.strip().lower()
         if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
             raise UsageError("--sha256 must be 64 hex digits")
-    _output_path(output, name or urls[0])  # (a directory in the way fails now, not at the end)
+    # (a directory in the way fails now, not after the download)
+    target = _output_path(output, name or urls[0])
     coordinators = [coordinator] if isinstance(coordinator, str) else list(coordinator or [])
     if name and not urls and not coordinators:
         from pftp_client.coordinator import CoordinatorUnavailable
@@ -567,12 +568,11 @@ def download(
         failed = []
         strict = set()
 
-    target = _output_path(output, name or urls[0])
-    late_mirrors: _LateMirrors | None = _LateMirrors(
+    late_mirrors = _LateMirrors(
         late, fetcher_cache, say, failed=failed,
         reprobe=lambda u: _start_probes([u], open_fetcher, timeout)[0],
     )
-    every_late = late_mirrors
+    first_try = True
     try:
         background[0].result()  # the imports
         from pftp_client.engine import EngineConfig
@@ -605,7 +605,7 @@ def download(
                     coordinator=used_coordinator if report else None,
                     access_bw=bw,
                     t0=t0,
-                    late=late_mirrors,
+                    late=late_mirrors if first_try else None,
                 )
             except VerificationFailed as exc:
                 if not other_groups:
@@ -616,10 +616,10 @@ def download(
                 active = [u for u in agree if u not in spare] or agree[:1]
                 plan = dynamic_plan(ident, active, [u for u in agree if u not in active])
                 resume = False  # (the part file is of the other size)
-                late_mirrors = None  # (they answered for the first group's size)
+                first_try = False  # (the late ones answered for the first group's size)
     finally:
-        every_late.done.set()
-        for probe in every_late.probes:  # (discard waits for it in a thread of its own)
+        late_mirrors.done.set()
+        for probe in late_mirrors.probes:  # (discard waits for it in a thread of its own)
             probe.discard()
         for probe in starting.values():  # not asked for by any flow
             probe.discard()
@@ -641,14 +641,14 @@ class _LateMirrors:
     def __init__(
         self, probes: list[_Background | early.EarlyProbe],
         cache: dict[str, list[RangeFetcher]], say: Callable[[str], None],
-        failed: Sequence[str] = (), reprobe: Callable[[str], _Background] | None = None,
+        failed: Sequence[str], reprobe: Callable[[str], _Background | early.EarlyProbe],
     ) -> None:
         self.probes = probes
         self.cache = cache
         self.say = say
         # Mirrors whose probe failed while others answered (a 503, a server
         # restarting): asked again in the background, after PROBE_RETRY_S.
-        self.failed = list(failed) if reprobe is not None else []
+        self.failed = list(failed)
         self.reprobe = reprobe
         self.done = threading.Event()
 
@@ -663,31 +663,32 @@ class _LateMirrors:
             ).start()
 
     def _ask_again(self, url: str, engine: Any, size: int) -> None:
-        assert self.reprobe is not None
         for wait in PROBE_RETRY_S:
             if self.done.wait(wait):
                 return
             probe = self.reprobe(url)
             self.probes.append(probe)  # (discarded with the others at the end)
-            if self._join(probe, engine, size, quiet=True):
+            if self._join(probe, engine, size):
                 return
 
-    def _join(
-        self, probe: _Background | early.EarlyProbe, engine: Any, size: int, quiet: bool = False
-    ) -> bool:
+    def _join(self, probe: _Background | early.EarlyProbe, engine: Any, size: int) -> bool:
+        """Once ``probe`` ends: True if its mirror joined the download."""
         probe.wait(None)  # (bounded by its own timeouts)
         try:
             url, fetcher, got, _error = probe.result()
         except Exception as exc:  # raised in the probe thread: reported, not joined
             self.say(f"mirror {probe.url}: {exc}")
-            return
+            return False
         if fetcher is None or got != size:
             return False  # (discarded with the others: download()'s finally)
-        self.cache.setdefault(url, []).append(fetcher)
-        if not engine.join(url, "its size probe answered after the download had started"):
-            fetcher.close()
-            return False
-        return True
+        ready = self.cache.setdefault(url, [])
+        ready.append(fetcher)  # (before the join: its flow opens with it at once)
+        if engine.join(url, "its size probe answered after the download had started"):
+            return True
+        if fetcher in ready:  # (not taken: no flow of its own will ask for it)
+            ready.remove(fetcher)
+        fetcher.close()
+        return False
 
 
 def _cached_opener(

@@ -233,11 +233,11 @@ class EarlyProbe:
         return self.url, f, size, ""
 
     def _start_head_get(self) -> Any:
-        """A HeadGet (transports/http_head.py) for this http:// mirror, its request on
+        """A HeadGet (transports/http_head.py) for this http(s):// mirror, its request on
         its way while httpx loads: from byte 0 for the first mirror, at a
         coordinator's portion, else at this mirror's guessed block (_guessed_offset)
         once the size is known, from the first mirror's answer when it came in time
-        (no HEAD). None where it cannot serve (https, credentials, a proxy)."""
+        (no HEAD). None where it cannot serve (credentials in the URL, a proxy)."""
         from pftp_client.transports import http_head
 
         if not http_head.usable(self.url):

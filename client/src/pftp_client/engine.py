@@ -1630,17 +1630,12 @@ class DownloadEngine:
     def _on_failure(self, flow: Flow, error: TransferError) -> bool:
         """Caller holds the lock. True: retry on this mirror after a backoff."""
         flow.last_error = f"{type(error).__name__}: {error}"
+        self._drop_fetcher(flow)
+        self._drop_queued(flow)
         if isinstance(error, RangeNotHonoured) and not flow.from_zero:
             # From byte 0 it still serves: kept for when no other mirror can.
             flow.from_zero = True
             flow.replaced = flow.replaced or self._start_backup()
-            if flow.fetcher is not None:
-                fetcher, flow.fetcher = flow.fetcher, None
-                try:
-                    fetcher.close()
-                except Exception as exc:
-                    self._log(f"{flow.id}: closing after an error failed: {exc}")
-            self._drop_queued(flow)
             self._event("no-ranges", flow, f"{error}; it reads from byte 0 from now on, "
                         "and only when no other mirror can serve ranges")
             self._lock.notify_all()
@@ -1649,13 +1644,6 @@ class DownloadEngine:
         if self._lead_phase != "off" and flow.id == self._lead_name:
             self._release_standbys(f"{flow.id} failed: {error}")
         flow.stats.failures += 1
-        if flow.fetcher is not None:
-            fetcher, flow.fetcher = flow.fetcher, None
-            try:
-                fetcher.close()
-            except Exception as exc:
-                self._log(f"{flow.id}: closing after an error failed: {exc}")
-        self._drop_queued(flow)
         give_up = (
             isinstance(error, PermanentError)
             or not error.transient

@@ -159,6 +159,19 @@ def test_a_mirror_that_never_answers_does_not_hold_the_download(
     assert any("has not answered" in n and "going on without it" in n for n in s.notes), s.notes
 
 
+def _beside_a_slow_good_mirror(tmp_path, ftp_mirrors, start_pyftpd, handler):
+    """An 8 MiB download from a 1 MiB/s mirror and a pyftpdlib server with
+    ``handler``: the summary and that server's mirror in it."""
+    data = os.urandom(8 * 1024 * 1024 + 5)
+    good = ftp_mirrors({"f.bin": data}, throttle={0: 1024 * 1024})[0].url("f.bin")
+    other = start_pyftpd(handler=handler)
+    other.put("f.bin", data)
+    s = download(mirrors=[good, other.url("f.bin")], output=tmp_path / "f.bin",
+                 sha256=sha256_hex(data), config=FAST, access_bandwidth_bps=None)
+    _assert_clean(tmp_path / "f.bin", data)
+    return s, next(m for m in s.mirrors if m.url == other.url("f.bin"))
+
+
 def test_a_mirror_that_answers_late_joins_the_running_download(
     tmp_path, ftp_mirrors, start_pyftpd
 ):
@@ -173,14 +186,7 @@ def test_a_mirror_that_answers_late_joins_the_running_download(
             time.sleep(3.0)  # (blocks this server's own loop only)
             super().handle()
 
-    data = os.urandom(8 * 1024 * 1024 + 5)
-    good = ftp_mirrors({"f.bin": data}, throttle={0: 1024 * 1024})[0].url("f.bin")
-    late = start_pyftpd(handler=LateGreeting)
-    late.put("f.bin", data)
-    s = download(mirrors=[good, late.url("f.bin")], output=tmp_path / "f.bin",
-                 sha256=sha256_hex(data), config=FAST, access_bandwidth_bps=None)
-    _assert_clean(tmp_path / "f.bin", data)
-    joined = next(m for m in s.mirrors if m.url == late.url("f.bin"))
+    s, joined = _beside_a_slow_good_mirror(tmp_path, ftp_mirrors, start_pyftpd, LateGreeting)
     assert joined.role == "backup" and "backup" in joined.events and joined.bytes > 0
     assert any("until it does" in n for n in s.notes), s.notes
 
@@ -201,14 +207,7 @@ def test_a_mirror_busy_at_the_start_joins_when_asked_again(tmp_path, ftp_mirrors
                 return
             super().handle()
 
-    data = os.urandom(8 * 1024 * 1024 + 5)
-    good = ftp_mirrors({"f.bin": data}, throttle={0: 1024 * 1024})[0].url("f.bin")
-    busy = start_pyftpd(handler=BusyOnce)
-    busy.put("f.bin", data)
-    s = download(mirrors=[good, busy.url("f.bin")], output=tmp_path / "f.bin",
-                 sha256=sha256_hex(data), config=FAST, access_bandwidth_bps=None)
-    _assert_clean(tmp_path / "f.bin", data)
-    joined = next(m for m in s.mirrors if m.url == busy.url("f.bin"))
+    _s, joined = _beside_a_slow_good_mirror(tmp_path, ftp_mirrors, start_pyftpd, BusyOnce)
     assert joined.role == "backup" and joined.bytes > 0
     assert connections[0] >= 2
 

@@ -309,19 +309,16 @@ class HttpFetcher:
     def _error_at(self, exc: BaseException, pos: int, offset: int) -> TransferError:
         """An httpx error met at byte ``pos`` of a range from ``offset``, as ours
         (a fetch's own request, or one begun ahead and handed over)."""
-        if isinstance(exc, httpx.ReadTimeout):
+        # (OSError, TimeoutError, http.client's: a head start's own socket, HeadGet)
+        if isinstance(exc, (httpx.ReadTimeout, TimeoutError)):
             return StallError(f"{self.url}: no data for {self.stall_timeout:g}s at byte {pos}")
-        if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
-            if pos == offset:
-                return TransientError(f"{self.url}: connection failed: {exc}")
-            return PrematureEnd(f"{self.url}: connection broke at byte {pos}: {exc}")
         if isinstance(
             exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.WriteError)
         ):
             return TransientError(f"{self.url}: cannot connect: {exc}")
-        if isinstance(exc, TimeoutError):  # (a head start's own socket: HeadGet)
-            return StallError(f"{self.url}: no data at byte {pos}: {exc}")
-        if isinstance(exc, (OSError, http.client.HTTPException)):
+        if isinstance(
+            exc, (httpx.RemoteProtocolError, httpx.ReadError, OSError, http.client.HTTPException)
+        ):
             if pos == offset:
                 return TransientError(f"{self.url}: connection failed: {exc}")
             return PrematureEnd(f"{self.url}: connection broke at byte {pos}: {exc}")
