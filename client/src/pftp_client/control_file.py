@@ -4,7 +4,9 @@ JSON, replaced atomically (write a temporary file, then rename), so a crash at
 any moment leaves either the old or the new state. It lists the completed
 (and, with piece hashes, verified) pieces as coalesced byte ranges, plus the
 identity of the file; resuming onto a different file (size or SHA-256 changed,
-or no mirror in common when no hash is known) is refused.
+or no mirror in common when no hash is known) is refused. It also keeps what each
+mirror said about its copy's version (validators.py), so that a mirror whose file
+changed since is refused on resume.
 
 The data is written with pwrite before a piece is recorded here, so after a
 process crash (Ctrl-C, SIGKILL) every recorded byte is in the part file. A
@@ -45,6 +47,8 @@ class ControlState:
     done: RangeSet = field(default_factory=RangeSet)
     # (start, end, mirror) runs: who wrote which bytes, to blame after a bad hash.
     written_by: list[tuple[int, int, str]] = field(default_factory=list)
+    # URL -> validator (HTTP ETag or Last-Modified, FTP "MDTM <time>"), validators.py
+    validators: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -57,6 +61,7 @@ class ControlState:
                 "urls": self.urls,
                 "done": [[s, e] for s, e in self.done],
                 "written_by": [[s, e, m] for s, e, m in self.written_by],
+                "validators": self.validators,
             },
             separators=(",", ":"),
         )
@@ -75,6 +80,8 @@ class ControlState:
                 urls=[str(u) for u in raw["urls"]],
                 done=RangeSet((int(s), int(e)) for s, e in raw["done"]),
                 written_by=[(int(s), int(e), str(m)) for s, e, m in raw.get("written_by", [])],
+                # (absent from the files of clients before it: nothing to check)
+                validators={str(u): str(v) for u, v in dict(raw.get("validators", {})).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"unreadable control file: {exc}") from exc

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pftp_client.engine import EngineConfig
     from pftp_client.flow_observer import DetectorFactory
     from pftp_client.summary import DownloadSummary, MirrorStats
+    from pftp_client.validators import ValidatorBook
 
 log = logging.getLogger("pftp_client")
 
@@ -730,6 +731,20 @@ def _cached_opener(
     return opener
 
 
+def _vetted(
+    open_fetcher: Callable[..., RangeFetcher], book: ValidatorBook
+) -> Callable[..., RangeFetcher]:
+    """Fetchers that tell ``book`` their file's version before their first byte."""
+
+    def opener(url: str, **kw: Any) -> RangeFetcher:
+        f = open_fetcher(url, **kw)
+        if hasattr(f, "vet"):
+            f.vet = book.vet  # type: ignore[attr-defined]
+        return f
+
+    return opener
+
+
 def _with_kernel_timestamps(
     open_fetcher: Callable[..., RangeFetcher],
 ) -> Callable[..., RangeFetcher]:
@@ -774,13 +789,14 @@ def _run_plan(
         CongestionSourceUnavailable,
         congested_with,
     )
-    from pftp_client.control_file import ControlState, ctl_path
-    from pftp_client.engine import DownloadEngine
+    from pftp_client.control_file import ControlState, ResumeMismatch, ctl_path
+    from pftp_client.engine import DownloadEngine, NoMirrorCouldServe
     from pftp_client.integrity import PrefixHasher, VerificationFailed, find_culprits_and_repair
     from pftp_client.part_file import PartFile, flush_every, part_path
     from pftp_client.pieces import PieceGrid, choose_piece_size
     from pftp_client.ranges import RangeOwners, RangeSet
     from pftp_client.summary import DownloadSummary, MirrorEvent
+    from pftp_client.validators import ValidatorBook
 
     ident = plan.file
     urls = plan.urls
@@ -816,12 +832,17 @@ def _run_plan(
     elif not resume:
         control_file.remove(ctl)
     resumed = done.total()
+    # The mirrors' versions of the file: a mirror whose copy changed since the
+    # interrupted run is refused before it writes a byte (validators.py).
+    book = ValidatorBook(old.validators if old is not None and resumed else None)
+    open_fetcher = _vetted(open_fetcher, book)
     grid = PieceGrid(ident.size, piece_size)
     target.parent.mkdir(parents=True, exist_ok=True)
     part = PartFile(part_p, ident.size, reuse=resumed > 0)
     part.start_flusher(flush_every(ident.size))
     state = ControlState(
-        ident.name, ident.size, ident.sha256, piece_size, urls, done, owners.runs()
+        ident.name, ident.size, ident.sha256, piece_size, urls, done, owners.runs(),
+        book.snapshot(),
     )
     control_file.save(ctl, state)
     ckpt_lock = threading.Lock()
@@ -829,6 +850,7 @@ def _run_plan(
     def checkpoint(committed: RangeSet, runs: list[tuple[int, int, str]]) -> None:
         with ckpt_lock:
             state.done, state.written_by = committed, runs
+            state.validators = book.snapshot()
             control_file.save(ctl, state)
 
     session: CongestionSession | None = None
@@ -889,6 +911,14 @@ def _run_plan(
         try:
             result = engine.run()
             finished = True
+        except NoMirrorCouldServe as exc:
+            if book.changed():
+                raise ResumeMismatch(
+                    "the file changed on "
+                    + ", ".join(book.changed())
+                    + f" since the interrupted download, and no other mirror could finish it: {exc}"
+                ) from exc
+            raise
         finally:
             ticker_stop.set()
             if ticker.is_alive():

@@ -212,6 +212,70 @@ def test_refuses_to_resume_onto_a_different_file(tmp_path, ftp_mirrors):
     assert r.returncode == 5 and "--restart" in r.stderr and not target.exists()
 
 
+def _interrupt(tmp_path: Path, args: list[str], target: Path, at_least: int) -> None:
+    """Run the CLI with ``args`` until ``at_least`` bytes are recorded, then SIGKILL."""
+    proc = subprocess.Popen(
+        [*PFTP, *args], env=_env(tmp_path), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        _wait_for_progress(target, proc, at_least)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+
+
+def _replace_keeping_size(path: Path, seed: bytes) -> None:
+    """A new version of the file: same size, other bytes, a later modification time."""
+    size = path.stat().st_size
+    later = path.stat().st_mtime + 120
+    path.write_bytes(hashlib.shake_256(seed).digest(size))
+    os.utime(path, (later, later))
+
+
+def test_resume_without_hash_refuses_a_mirror_whose_file_changed(tmp_path, ftp_mirrors):
+    """No SHA-256 anywhere: the control file keeps each mirror's MDTM, and on resume
+    the mirror whose copy changed (same size) is refused before it writes a byte;
+    the other one finishes the file, which is the original."""
+    data = os.urandom(8 * 1024 * 1024)
+    a = ftp_mirrors({"v.bin": data}, 1, throttle={0: 1024 * 1024})[0]
+    b = ftp_mirrors({"v.bin": data}, 1, throttle={0: 1024 * 1024})[0]
+    target = tmp_path / "v.bin"
+    args = ["get", "--mirror", a.url("v.bin"), "--mirror", b.url("v.bin"),
+            "-o", str(target), "-q", "--json"]
+    _interrupt(tmp_path, args, target, 2 * 1024 * 1024)
+    saved = load(ctl_path(target))
+    assert saved is not None and set(saved.validators) == {a.url("v.bin"), b.url("v.bin")}
+    assert all(v.startswith("MDTM ") for v in saved.validators.values())
+    _replace_keeping_size(b.root / "v.bin", b"new version")
+    r = run_pftp(tmp_path, *args)
+    assert r.returncode == 0, r.stderr
+    assert target.read_bytes() == data
+    out = json.loads(r.stdout)
+    changed = next(m for m in out["mirrors"] if m["url"] == b.url("v.bin"))
+    assert changed["state"] == "failed" and changed["bytes"] == 0, changed
+    assert "changed since the interrupted download" in json.dumps(out)
+
+
+def test_resume_refused_when_every_mirror_changed(tmp_path, ftp_mirrors):
+    data = os.urandom(6 * 1024 * 1024)
+    m = ftp_mirrors({"w.bin": data}, 1, throttle={0: 512 * 1024})[0]
+    target = tmp_path / "w.bin"
+    args = ["get", "--mirror", m.url("w.bin"), "-o", str(target), "-q"]
+    _interrupt(tmp_path, args, target, 512 * 1024)
+    _replace_keeping_size(m.root / "w.bin", b"w2")
+    r = run_pftp(tmp_path, *args)
+    assert r.returncode == 5, r.stderr
+    assert "the file changed on" in r.stderr and "--restart" in r.stderr
+    assert not target.exists() and part_path(target).exists()
+    kept = load(ctl_path(target))
+    assert kept is not None and kept.done.total() >= 512 * 1024  # nothing lost
+    r = run_pftp(tmp_path, *args, "--restart")
+    assert r.returncode == 0, r.stderr
+    assert target.read_bytes() == (m.root / "w.bin").read_bytes()
+
+
 @pytest.mark.slow
 def test_big_sparse_file_memory_stays_bounded(tmp_path, ftp_mirrors, http_mirror):
     size = int(os.environ.get("PFTP_TEST_SPARSE_GB", "1")) * 1024**3 + 12345

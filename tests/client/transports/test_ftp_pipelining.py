@@ -70,10 +70,12 @@ def test_commands_travel_together(ftp_server, relay) -> None:
         assert fetch(f, 100_000, 200_000) == data[100_000:200_000]  # probe, then the range
         assert fetch(f, 2_000_000, 2_000_100) == data[2_000_000:2_000_100]
         assert f.pipeline and f.reconnects == 0
+        assert f.validator is not None and f.validator.startswith("MDTM 20")
     lines = list(proxy.lines)
     commands = [text for side, text in lines if side == "C"]
     assert commands[0].startswith("USER ") and commands[1].startswith("PASS ")
-    assert commands[2:5] == ["TYPE I", "SIZE f.bin", "EPSV"]
+    # MDTM (the file's version, validators.py) rides along: no round trip of its own
+    assert commands[2:6] == ["TYPE I", "SIZE f.bin", "MDTM f.bin", "EPSV"]
     # the login and the first transfer's setup in one write (see _login)
     assert sent_before_reply(lines, "USER ", "EPSV")
     probe = position(lines, "C", f"REST {len(data) - 1}")
@@ -102,13 +104,13 @@ def test_login_brings_the_size_and_the_first_transfers_passive_port(ftp_server, 
     proxy, base = relay(ftp_server, one_way_delay=0.01)
     with fetcher(base + "f.bin") as f:
         assert f.size(passive=True) == len(data)
-        assert len(proxy.commands()) == 5  # the login batch, nothing after it
+        assert len(proxy.commands()) == 6  # the login batch, nothing after it
         f.prepare(threading.Event())  # the REST check: REST size-1 + RETR
         assert fetch(f, 200_000, 300_000) == data[200_000:300_000]
     commands = proxy.commands()
-    assert commands[2:5] == ["TYPE I", "SIZE f.bin", "EPSV"]
+    assert commands[2:6] == ["TYPE I", "SIZE f.bin", "MDTM f.bin", "EPSV"]
     assert sent_before_reply(list(proxy.lines), "USER ", "EPSV")
-    assert commands[5:7] == [f"REST {len(data) - 1}", "RETR f.bin"]
+    assert commands[6:8] == [f"REST {len(data) - 1}", "RETR f.bin"]
 
 
 def test_one_command_at_a_time_when_asked(ftp_server, relay) -> None:
@@ -413,8 +415,8 @@ def test_login_goes_out_before_the_greeting(start_pyftpd) -> None:
         assert fetch(f, 0, len(data)) == data
         assert f.pipeline
     early = NotesEarlyInput.early_input[0].decode()
-    assert early.split("\r\n")[:5] == ["USER anonymous", "PASS pftp@", "TYPE I",
-                                       "SIZE f.bin", "EPSV"]
+    assert early.split("\r\n")[:6] == ["USER anonymous", "PASS pftp@", "TYPE I",
+                                       "SIZE f.bin", "MDTM f.bin", "EPSV"]
 
 
 def test_server_dropping_input_sent_before_its_greeting(start_pyftpd) -> None:

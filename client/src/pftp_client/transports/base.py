@@ -58,6 +58,12 @@ class Cancelled(TransferError):
     """The engine asked this flow to stop (dropped for congestion, shutdown)."""
 
 
+class FileChanged(PermanentError):
+    """The mirror's copy is not the one an interrupted download began with: its
+    validator (HTTP ETag or Last-Modified, FTP MDTM) changed. Its bytes must not be
+    mixed with the ones kept."""
+
+
 class RangeEnd:
     """Exclusive end of the range being fetched; lowered concurrently by the engine.
 
@@ -114,6 +120,12 @@ class RangeEnd:
 # arrival_ns is time.monotonic_ns() taken right after the receive call returned;
 # the shared-congestion detector uses these as application-level timestamps.
 DataSink = Callable[[int, memoryview, int], None]
+
+# vet(url, validator): called by a fetcher once it knows what its server says
+# about the file's version (validator None: the server says nothing), before it
+# hands over a byte. Raises FileChanged to stop the fetcher's transfers
+# (validators.ValidatorBook.vet).
+Vet = Callable[[str, "str | None"], None]
 
 
 def __getattr__(name: str) -> object:

@@ -44,6 +44,7 @@ from pftp_client.plain_url import plain_url_parts
 from pftp_client.transports.base import (
     Cancelled,
     DataSink,
+    FileChanged,
     PermanentError,
     PrematureEnd,
     RangeEnd,
@@ -51,6 +52,7 @@ from pftp_client.transports.base import (
     StallError,
     TransferError,
     TransientError,
+    Vet,
 )
 from pftp_client.transports.window import committed_bytes, received_bytes, smoothed_rtt
 
@@ -519,6 +521,13 @@ class FtpFetcher:
         self._epsv_refused = False
         self._size: int | None = None
         self._size_known = False
+        # The file's version as the server gives it (MDTM, asked along with the
+        # first SIZE), and who is told before the first byte is handed over
+        # (validators.ValidatorBook.vet; set by the downloader).
+        self.validator: str | None = None
+        self._validator_known = False
+        self.vet: Vet | None = None
+        self._vetted = False
         # None: not probed yet; True: honours REST; False: ignores it.
         self._rest_honoured: bool | None = None
         self._closed = False
@@ -562,6 +571,7 @@ class FtpFetcher:
             raise Cancelled("cancelled before the transfer started")
         if offset >= end.value:
             return 0
+        self._vet()  # (the login may have come with a probe or a head start)
         nxt, self._next = self._next, None
         if nxt is not None:
             started = nxt.started(self.timeout)
@@ -585,8 +595,19 @@ class FtpFetcher:
                 )
         self._prefer_spare()
         ctrl, data = self._with_reconnect(lambda c: self._start_retr(c, offset))
+        try:
+            self._vet()
+        except FileChanged:
+            self._abort(ctrl, data)
+            raise
         delivered, _eof = self._receive(ctrl, data, offset, end, sink, cancel)
         return delivered
+
+    def _vet(self) -> None:
+        """Tell ``vet`` the file's version once it is known (raises FileChanged)."""
+        if self.vet is not None and self._validator_known and not self._vetted:
+            self.vet(self.url, self.validator)
+            self._vetted = True
 
     def start_head(
         self, offset: int = 0, limit: int = HEAD_BUFFER_BYTES, *, rest_checked_later: bool = False
@@ -1023,7 +1044,7 @@ class FtpFetcher:
         """Send the pipelined login and the first transfer's setup (``_login``)."""
         batch = [f"USER {user}", f"PASS {password}", "TYPE I"]
         if not self._size_known:
-            batch.append(f"SIZE {self.target.path}")
+            batch += [f"SIZE {self.target.path}", *self._mdtm_command()]
         passive = self._passive_command(ctrl)
         if passive:
             batch.append(passive)
@@ -1052,6 +1073,8 @@ class FtpFetcher:
                 self._check_type(ctrl, answer)
             elif command.startswith("SIZE "):
                 self._absorb_size(answer)
+            elif command.startswith("MDTM "):
+                self._absorb_mdtm(answer)
             else:
                 self._absorb_passive(ctrl, command, answer)
 
@@ -1084,14 +1107,28 @@ class FtpFetcher:
         if not ctrl.typed:
             setup.append("TYPE I")
             if not self._size_known and not any(c.startswith("SIZE ") for c in commands):
-                setup.append(f"SIZE {self.target.path}")
+                setup += [f"SIZE {self.target.path}", *self._mdtm_command()]
         replies = ctrl.exchange(setup + commands, pipelined=self.pipeline)
         for command, reply in zip(setup, replies, strict=False):
             if command == "TYPE I":
                 self._check_type(ctrl, reply)
+            elif command.startswith("MDTM "):
+                self._absorb_mdtm(reply)
             else:
                 self._absorb_size(reply)
         return replies[len(setup) :]
+
+    def _mdtm_command(self) -> list[str]:
+        """``MDTM`` (RFC 3659) while the file's version is unknown: it rides with the
+        first SIZE, so it costs no round trip (pipelined)."""
+        return [] if self._validator_known else [f"MDTM {self.target.path}"]
+
+    def _absorb_mdtm(self, reply: FtpReply) -> None:
+        """The file's modification time as its version; none when the server does
+        not say (MDTM not implemented, or refused for this file)."""
+        stamp = reply.text.split("\n")[-1][4:].strip() if reply.code == 213 else ""
+        self.validator = f"MDTM {stamp}" if stamp.replace(".", "").isdigit() else None
+        self._validator_known = True
 
     def _absorb_size(self, reply: FtpReply) -> None:
         """Cache a SIZE reply that came along with other commands. Errors are not
@@ -1119,14 +1156,17 @@ class FtpFetcher:
         Nothing to ask when both came with the pipelined login."""
         if self._size_known:
             return self._size
-        commands = [f"SIZE {self.target.path}"]
+        commands = [f"SIZE {self.target.path}", *self._mdtm_command()]
+        asked_mdtm = len(commands) == 2
         wants_port = passive and self.pipeline and not ctrl.armed()
         extra = self._passive_command(ctrl) if wants_port else None
         if extra:
             commands.append(extra)
         replies = self._exchange(ctrl, commands)
+        if asked_mdtm:
+            self._absorb_mdtm(replies[1])
         if extra:
-            self._absorb_passive(ctrl, extra, replies[1])
+            self._absorb_passive(ctrl, extra, replies[-1])
         return self._size_from_reply(replies[0])
 
     # ------------------------------------------------------------ transfers

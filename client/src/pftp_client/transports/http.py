@@ -21,6 +21,7 @@ import httpx
 from pftp_client.transports.base import (
     Cancelled,
     DataSink,
+    FileChanged,
     PermanentError,
     PrematureEnd,
     RangeEnd,
@@ -28,6 +29,7 @@ from pftp_client.transports.base import (
     StallError,
     TransferError,
     TransientError,
+    Vet,
 )
 from pftp_client.transports.http_head import (
     AHEAD_BUFFER_BYTES,
@@ -92,6 +94,10 @@ class HttpFetcher:
             limits=httpx.Limits(keepalive_expiry=_KEEPALIVE_EXPIRY_S),
         )
         self._validator: str | None = None  # strong ETag or Last-Modified, sent as If-Range
+        # Told the validator before the first byte is handed over (FtpFetcher.vet).
+        self.vet: Vet | None = None
+        self._answered = False  # a response was checked: the validator is what it is
+        self._vetted = False
         self._total: int | None = None
         self._closed = False
         self._sock: socket.socket | None = None  # the last response's, for path_rtt
@@ -128,6 +134,7 @@ class HttpFetcher:
             ) as resp:
                 self._check_response(resp, offset)
                 self._keep_socket(resp)
+                self._vet()
                 for chunk in resp.iter_raw():
                     arrival = time.monotonic_ns()
                     if cancel.is_set():
@@ -227,6 +234,7 @@ class HttpFetcher:
         if head.error is not None or not head.checked.is_set():
             raise ValueError("only a head start with a good answer can be taken over")
         self._validator = self._validator or head.validator
+        self._answered = True
         self._check_total(head.total)
         if head.offset is None:
             return
@@ -296,6 +304,8 @@ class HttpFetcher:
                     break
                 chunk, arrival = item
                 nxt.taken(len(chunk))
+                if not self._vetted:
+                    self._vet()
                 got = end.deliver(sink, pos, memoryview(chunk), arrival)
                 pos += got
                 if got < len(chunk):
@@ -305,6 +315,17 @@ class HttpFetcher:
         if pos < end.value:
             raise PrematureEnd(f"{self.url}: body ended at byte {pos} before {end.value}")
         return pos - offset
+
+    @property
+    def validator(self) -> str | None:
+        return self._validator
+
+    def _vet(self) -> None:
+        """Tell ``vet`` the file's version once a response showed it (raises
+        FileChanged)."""
+        if self.vet is not None and self._answered and not self._vetted:
+            self.vet(self.url, self._validator)
+            self._vetted = True
 
     def _error_at(self, exc: BaseException, pos: int, offset: int) -> TransferError:
         """An httpx error met at byte ``pos`` of a range from ``offset``, as ours
@@ -388,7 +409,14 @@ class HttpFetcher:
             self._check_total(total)
         elif status == 200:
             if offset > 0:
-                # Whole file from byte 0 (Range ignored, or If-Range says it changed).
+                now = strong_validator(resp.headers.get("ETag"), resp.headers.get("Last-Modified"))
+                if self._validator and now and now != self._validator:
+                    # If-Range did not match: the file changed during the download
+                    raise FileChanged(
+                        f"{self.url}: the file changed during the download "
+                        f"({self._validator} before, {now} now)"
+                    )
+                # Whole file from byte 0 (Range ignored).
                 raise RangeNotHonoured(
                     f"{self.url}: HTTP 200 instead of 206 for a range at {offset}"
                 )
@@ -399,6 +427,7 @@ class HttpFetcher:
         else:
             raise status_error(self.url, status, resp.reason_phrase)
         self._remember_validator(resp)
+        self._answered = True
 
     def _check_total(self, total: int | None) -> None:
         if total is None:

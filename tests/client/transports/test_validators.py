@@ -1,0 +1,120 @@
+"""Fetchers report their file's version (FTP MDTM, HTTP ETag/Last-Modified) before
+the first byte, and stop when it is not the recorded one (validators.py), against
+the real servers."""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+
+import pytest
+from pftp_client.transports.base import FileChanged, RangeEnd, RangeNotHonoured
+from pftp_client.transports.ftp import FtpFetcher
+from pftp_client.transports.http import HttpFetcher
+from pftp_client.validators import ValidatorBook
+
+from .helpers import Collector, fetch, payload, with_test_timeouts
+
+ftp = functools.partial(with_test_timeouts, FtpFetcher)
+http = functools.partial(with_test_timeouts, HttpFetcher)
+
+
+def _learn(make, url: str, data: bytes) -> str:
+    """The validator a fresh fetcher reports for ``url`` (and the bytes check out)."""
+    book = ValidatorBook()
+    with make(url) as f:
+        f.vet = book.vet
+        assert fetch(f, 10, 5000) == data[10:5000]
+    got = book.snapshot()
+    assert set(got) == {url}
+    return got[url]
+
+
+def _refused(make, url: str, recorded: str, offset: int) -> str:
+    """A fetch with ``recorded`` as the URL's old validator: FileChanged, nothing
+    handed over. Returns the message."""
+    book = ValidatorBook({url: recorded})
+    sink = Collector(offset)
+    with make(url) as f:
+        f.vet = book.vet
+        with pytest.raises(FileChanged) as err:
+            f.fetch(offset, RangeEnd(offset + 4096), sink, threading.Event())
+    assert not sink.data
+    assert book.changed() == {url: (recorded, book.changed()[url][1])}
+    assert book.snapshot() == {url: recorded}  # the kept bytes are of that version
+    return str(err.value)
+
+
+def test_ftp_mdtm_is_the_version_and_a_changed_one_is_refused(ftp_server) -> None:
+    data = payload(200_000, seed=31)
+    path = ftp_server.put("f.bin", data)
+    url = ftp_server.url("f.bin")
+    stamp = time.gmtime(path.stat().st_mtime)
+    validator = _learn(ftp, url, data)
+    assert validator.startswith("MDTM " + time.strftime("%Y%m%d", stamp)), validator
+    # the same version: fetched as before, from the start and at an offset
+    for offset in (0, 150_000):
+        book = ValidatorBook({url: validator})
+        with ftp(url) as f:
+            f.vet = book.vet
+            assert fetch(f, offset, offset + 3000) == data[offset : offset + 3000]
+    message = _refused(ftp, url, "MDTM 19990101000000", 1000)
+    assert "changed since the interrupted download" in message and url in message
+
+
+def test_ftp_head_start_is_vetted_before_its_bytes_are_handed_over(vsftpd_server) -> None:
+    """A transfer begun before the book was known (the entry point's head start)
+    hands nothing over when its version is not the recorded one."""
+    data = payload(300_000, seed=32)
+    vsftpd_server.put("f.bin", data)
+    url = vsftpd_server.url("f.bin")
+    with ftp(url) as f:
+        f.size(passive=True)
+        f.start_head(0)
+        f.vet = ValidatorBook({url: "MDTM 19990101000000"}).vet
+        sink = Collector(0)
+        with pytest.raises(FileChanged):
+            f.fetch(0, RangeEnd(len(data)), sink, threading.Event())
+        assert not sink.data
+
+
+def test_http_etag_is_the_version_and_a_changed_one_is_refused(nginx_server) -> None:
+    data = payload(200_000, seed=33)
+    nginx_server.put("f.bin", data)
+    url = nginx_server.url("f.bin")
+    validator = _learn(http, url, data)
+    assert validator.startswith('"'), validator  # nginx's strong ETag
+    book = ValidatorBook({url: validator})
+    with http(url) as f:
+        f.vet = book.vet
+        assert fetch(f, 150_000, 160_000) == data[150_000:160_000]
+    message = _refused(http, url, '"5e1-0"', 1000)
+    assert "changed since the interrupted download" in message
+
+
+def test_http_file_replaced_during_the_download(nginx_server) -> None:
+    """If-Range: a copy replaced between two ranges answers 200, which is named a
+    change, not a server that ignores ranges."""
+    data = payload(200_000, seed=34)
+    path = nginx_server.put("f.bin", data)
+    with http(nginx_server.url("f.bin")) as f:
+        assert fetch(f, 0, 1000) == data[:1000]
+        nginx_server.put("f.bin", payload(200_000, seed=35))
+        later = path.stat().st_mtime + 60
+        os.utime(path, (later, later))
+        with pytest.raises(FileChanged, match="changed during the download"):
+            fetch(f, 100_000, 101_000)
+
+
+def test_http_range_ignored_is_still_told_apart(nginx_server) -> None:
+    """Without a change, a 200 to a range is still a server that ignores ranges
+    (nginx's norange/ location), though If-Range went with it."""
+    data = payload(100_000, seed=36)
+    nginx_server.put("f.bin", data)
+    with http(nginx_server.url("f.bin", prefix="norange/")) as f:
+        assert fetch(f, 0, 1000) == data[:1000]
+        assert f.validator is not None
+        with pytest.raises(RangeNotHonoured):
+            fetch(f, 5000, 6000)
