@@ -24,7 +24,13 @@ from urllib.parse import unquote, urlsplit
 from pftp_client import early
 from pftp_client.lazy import lazy_attributes
 from pftp_client.plan import FileIdentity, Plan, PlanError, check_url, dynamic_plan
-from pftp_client.transports.base import PermanentError, RangeFetcher, TransferError
+from pftp_client.transports.base import (
+    PermanentError,
+    RangeFetcher,
+    Refusal,
+    TransferError,
+    reason,
+)
 from pftp_client.transports.base import open_fetcher as default_open_fetcher
 
 if TYPE_CHECKING:
@@ -174,12 +180,12 @@ def _start_probes(
                 try:
                     f = open_fetcher(url, timeout=timeout)
                 except (TransferError, ValueError, OSError) as exc:
-                    return url, None, None, str(exc)
+                    return url, None, None, reason(exc)
                 try:
                     return url, f, f.size(), ""
                 except (TransferError, OSError) as exc:
                     f.close()
-                    return url, None, None, str(exc)
+                    return url, None, None, reason(exc)
 
         return run
 
@@ -519,7 +525,9 @@ def download(
         late = [p for p in late if p.url not in spare]
         pending = [p for p in pending if p.url not in spare]
         for wait in PROBE_RETRY_S:
-            again = [u for u in [*urls, *spare] if u not in probed]
+            # (a missing file or a refused login is not asked again: Refusal)
+            again = [u for u in [*urls, *spare]
+                     if u not in probed and not isinstance(why_not.get(u), Refusal)]
             if sizes or not again or time.monotonic() - asked_at > timeout / 2:
                 # (mirrors that took most of the timeout to fail, silent or
                 # blackholed, would only take it again)
@@ -549,7 +557,7 @@ def download(
                 )
             )
         size, agree = _majority_size(sizes, say)
-        failed = [u for u in urls if u not in probed
+        failed = [u for u in urls if u not in probed and not isinstance(why_not.get(u), Refusal)
                   and all(p.url != u for p in [*late, *pending])]
         # With a SHA-256 to check against, mirrors of another size are tried next
         # when this group's file does not verify (the majority may be the wrong copy).

@@ -160,7 +160,7 @@ class EarlyProbe:
 
     def _probe(self) -> tuple[str, Any, int | None, str]:
         # The same steps as download._start_probes, with the same outcomes.
-        from pftp_client.transports.base import TransferError
+        from pftp_client.transports.base import TransferError, reason
 
         ftp = self.url[:6].lower() == "ftp://"
         # http://: the first request goes out before httpx is loaded (http_head)
@@ -177,7 +177,7 @@ class EarlyProbe:
         except (TransferError, ValueError, OSError) as exc:
             if head_get is not None:
                 head_get.stop()
-            return self.url, None, None, str(exc)
+            return self.url, None, None, reason(exc)
         if head_get is not None:
             from pftp_client.transports.http_head import HeadUnusable
 
@@ -219,7 +219,7 @@ class EarlyProbe:
             size = f.size(passive=not self.head)
         except (TransferError, OSError) as exc:
             f.close()
-            return self.url, None, None, str(exc)
+            return self.url, None, None, reason(exc)
         if not self.head and not begun and size:
             try:
                 if self.at:  # (a coordinator's portion: the fetcher's own buffer)

@@ -119,6 +119,25 @@ def test_a_mirror_that_comes_up_after_the_first_probe_is_asked_again(tmp_path, s
     assert any("asking again in 1 s" in n for n in s.notes), s.notes
 
 
+def test_a_missing_file_is_not_asked_for_again(tmp_path, ftp_mirrors, nginx_server, caplog):
+    """550 and 404 will not change in a second: no mirror answering with them is
+    asked again (downloader.PROBE_RETRY_S is for servers that may come up), and
+    the error gives each mirror's reason."""
+    import logging
+
+    from pftp_client.engine import NoMirrorCouldServe
+
+    m = ftp_mirrors({"other.bin": b"x"}, 1)[0]
+    urls = [m.url("missing.bin"), nginx_server.url("missing.bin")]
+    with caplog.at_level(logging.INFO, logger="pftp_client"), \
+            pytest.raises(NoMirrorCouldServe) as err:
+        download(mirrors=urls, output=tmp_path / "missing.bin", congestion="off")
+    text = str(err.value)
+    assert urls[0] in text and "file not found" in text and "404" in text, text
+    assert not any("asking again" in r.getMessage() for r in caplog.records), caplog.text
+    assert not (tmp_path / "missing.bin").exists()
+
+
 @pytest.fixture
 def silent_server():
     """A TCP server that accepts connections and never says a word."""

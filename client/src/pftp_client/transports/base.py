@@ -58,6 +58,18 @@ class Cancelled(TransferError):
     """The engine asked this flow to stop (dropped for congestion, shutdown)."""
 
 
+class Refusal(str):
+    """A reason that asking the mirror again will not change (a PermanentError's:
+    a missing file, a refused login), as a probe reports it (``reason``)."""
+
+    __slots__ = ()
+
+
+def reason(exc: BaseException) -> str:
+    """``str(exc)``, marked a Refusal when retrying cannot help."""
+    return Refusal(exc) if isinstance(exc, PermanentError) else str(exc)
+
+
 class FileChanged(PermanentError):
     """The mirror's copy is not the one an interrupted download began with: its
     validator (HTTP ETag or Last-Modified, FTP MDTM) changed. Its bytes must not be
