@@ -7,6 +7,7 @@ the same code against real servers on loopback.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -30,6 +31,7 @@ from pftp_client.transports.base import (
     Refusal,
     TransferError,
     reason,
+    shown,
 )
 from pftp_client.transports.base import open_fetcher as default_open_fetcher
 
@@ -679,6 +681,9 @@ class _LateMirrors:
             self.probes.append(probe)  # (discarded with the others at the end)
             if self._join(probe, engine, size):
                 return
+            with contextlib.suppress(Exception):  # (raised in the probe: _join said so)
+                if isinstance(probe.result()[3], Refusal):
+                    return  # (a missing file or a refused login: not asked a third time)
 
     def _join(self, probe: _Background | early.EarlyProbe, engine: Any, size: int) -> bool:
         """Once ``probe`` ends: True if its mirror joined the download."""
@@ -751,6 +756,54 @@ def _vetted(
         return f
 
     return opener
+
+
+# A resumed mirror with no version to compare is compared by these bytes instead.
+_SAMPLE_BYTES = 4096
+_SAMPLE_SPOTS = 3
+
+
+def _sampler(part: Any, done: Any, cfg: EngineConfig) -> Callable[[str], bool | None]:
+    """sample(url) for validators.ValidatorBook: the mirror's bytes at up to three
+    kept ranges (the first, the middle of the largest, the end of the last) against
+    the part file's; None when they could not be fetched. On a connection of its own
+    (the flow's may carry a transfer begun ahead)."""
+    from pftp_client.transports.base import RangeEnd
+
+    runs = list(done)
+    spots: list[tuple[int, int]] = []
+    if runs:
+        first, last = runs[0], runs[-1]
+        big = max(runs, key=lambda r: r[1] - r[0])
+        middle = ((big[0] + big[1]) // 2, big[1])
+        end = (max(last[0], last[1] - _SAMPLE_BYTES), last[1])
+        for s, e in (first, middle, end):
+            spot = (s, min(e, s + _SAMPLE_BYTES))
+            if spot[1] > spot[0] and spot not in spots:
+                spots.append(spot)
+
+    def sample(url: str) -> bool | None:
+        if not spots:
+            return None
+        try:
+            f = default_open_fetcher(url, timeout=cfg.timeout, stall_timeout=cfg.stall_timeout)
+        except (TransferError, ValueError, OSError):
+            return None
+        try:
+            for s, e in spots[:_SAMPLE_SPOTS]:
+                got = bytearray()
+                f.fetch(s, RangeEnd(e), lambda _o, b, _t, got=got: got.extend(b),
+                        threading.Event())
+                if bytes(got) != part.pread(e - s, s):
+                    return False
+            return True
+        except (TransferError, OSError) as exc:
+            log.info("%s: kept bytes not compared: %s", shown(url), exc)
+            return None
+        finally:
+            f.close()
+
+    return sample
 
 
 def _with_kernel_timestamps(
@@ -840,14 +893,18 @@ def _run_plan(
     elif not resume:
         control_file.remove(ctl)
     resumed = done.total()
-    # The mirrors' versions of the file: a mirror whose copy changed since the
-    # interrupted run is refused before it writes a byte (validators.py).
-    book = ValidatorBook(old.validators if old is not None and resumed else None)
-    open_fetcher = _vetted(open_fetcher, book)
     grid = PieceGrid(ident.size, piece_size)
     target.parent.mkdir(parents=True, exist_ok=True)
     part = PartFile(part_p, ident.size, reuse=resumed > 0)
     part.start_flusher(flush_every(ident.size))
+    # The mirrors' versions of the file: a mirror whose copy changed since the
+    # interrupted run is refused before it writes a byte (validators.py).
+    book = ValidatorBook(
+        old.validators if old is not None and resumed else None,
+        # (with a SHA-256 the kept bytes are checked anyway, at the end)
+        sample=_sampler(part, done, cfg) if resumed and not ident.sha256 else None,
+    )
+    open_fetcher = _vetted(open_fetcher, book)
     state = ControlState(
         ident.name, ident.size, ident.sha256, piece_size, urls, done, owners.runs(),
         book.snapshot(),
@@ -923,7 +980,7 @@ def _run_plan(
             if book.changed():
                 raise ResumeMismatch(
                     "the file changed on "
-                    + ", ".join(book.changed())
+                    + ", ".join(map(shown, book.changed()))
                     + f" since the interrupted download, and no other mirror could finish it: {exc}"
                 ) from exc
             raise
@@ -935,6 +992,22 @@ def _run_plan(
                 # Every byte is in: a detection round or capture drain in progress
                 # cannot change anything, so do not wait for it (~0.1 s).
                 session.stop(wait=not finished)
+        if book.changed() and not ident.sha256:
+            # A mirror that could not be checked wrote bytes while another one's copy
+            # changed: it may have served the new version (validators.py)
+            wrote = [s.url for s in result.mirrors if s.bytes and s.url in book.unchecked()]
+            if wrote:
+                raise ResumeMismatch(
+                    "the file changed on " + ", ".join(map(shown, book.changed()))
+                    + " since the interrupted download, and "
+                    + ", ".join(map(shown, wrote))
+                    + " (no version recorded to compare) wrote part of it; "
+                    + f"{part_p} kept, not put in place"
+                )
+        if resumed and not ident.sha256 and book.unchecked():
+            say("resumed without a SHA-256 and without a recorded version of the file for "
+                + ", ".join(map(shown, sorted(book.unchecked())))
+                + ": their bytes could not be checked against the ones kept")
         congestion_info = (
             session.summary() if session is not None else {"mode": "custom", "source": None}
         )

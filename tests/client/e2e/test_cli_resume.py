@@ -258,6 +258,30 @@ def test_resume_without_hash_refuses_a_mirror_whose_file_changed(tmp_path, ftp_m
     assert "changed since the interrupted download" in json.dumps(out)
 
 
+def test_mirrors_added_on_resume_are_compared_by_their_bytes(tmp_path, ftp_mirrors):
+    """No version recorded for a mirror added on resume: a few kept ranges are
+    fetched from it and compared with the part file. The one with the same file
+    helps finish it; the one with a newer copy (same size) is refused."""
+    data = os.urandom(8 * 1024 * 1024)
+    a = ftp_mirrors({"s.bin": data}, 1, throttle={0: 1024 * 1024})[0]
+    same = ftp_mirrors({"s.bin": data}, 1, throttle={0: 1024 * 1024})[0]
+    newer = ftp_mirrors({"s.bin": data}, 1, throttle={0: 1024 * 1024})[0]
+    _replace_keeping_size(newer.root / "s.bin", b"newer")
+    target = tmp_path / "s.bin"
+    first = ["get", "--mirror", a.url("s.bin"), "-o", str(target), "-q", "--json"]
+    _interrupt(tmp_path, first, target, 2 * 1024 * 1024)
+    r = run_pftp(tmp_path, *first[:3], "--mirror", same.url("s.bin"),
+                 "--mirror", newer.url("s.bin"), *first[3:])
+    assert r.returncode == 0, r.stderr
+    assert target.read_bytes() == data
+    out = json.loads(r.stdout)
+    by_url = {m["url"]: m for m in out["mirrors"]}
+    assert by_url[newer.url("s.bin")]["state"] == "failed"
+    assert by_url[newer.url("s.bin")]["bytes"] == 0
+    assert by_url[same.url("s.bin")]["state"] != "failed" and by_url[same.url("s.bin")]["bytes"]
+    assert "differ from the ones kept" in json.dumps(out)
+
+
 def test_resume_refused_when_every_mirror_changed(tmp_path, ftp_mirrors):
     data = os.urandom(6 * 1024 * 1024)
     m = ftp_mirrors({"w.bin": data}, 1, throttle={0: 512 * 1024})[0]

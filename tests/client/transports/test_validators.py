@@ -4,13 +4,24 @@ the real servers."""
 
 from __future__ import annotations
 
+import email.utils
 import functools
 import os
+import re
 import threading
 import time
+import uuid
+from http.server import BaseHTTPRequestHandler
 
 import pytest
-from pftp_client.transports.base import FileChanged, RangeEnd, RangeNotHonoured
+from pftp_client.transports.base import (
+    FileChanged,
+    PermanentError,
+    RangeEnd,
+    RangeNotHonoured,
+    TransientError,
+    shown,
+)
 from pftp_client.transports.ftp import FtpFetcher
 from pftp_client.transports.http import HttpFetcher
 from pftp_client.validators import ValidatorBook
@@ -61,7 +72,8 @@ def test_ftp_mdtm_is_the_version_and_a_changed_one_is_refused(ftp_server) -> Non
             f.vet = book.vet
             assert fetch(f, offset, offset + 3000) == data[offset : offset + 3000]
     message = _refused(ftp, url, "MDTM 19990101000000", 1000)
-    assert "changed since the interrupted download" in message and url in message
+    assert "changed since the interrupted download" in message and shown(url) in message
+    assert ":***@" in message if "@" in url else True  # (no password in messages)
 
 
 def test_ftp_head_start_is_vetted_before_its_bytes_are_handed_over(vsftpd_server) -> None:
@@ -118,3 +130,63 @@ def test_http_range_ignored_is_still_told_apart(nginx_server) -> None:
         assert f.validator is not None
         with pytest.raises(RangeNotHonoured):
             fetch(f, 5000, 6000)
+
+
+class _EtagPerResponse(BaseHTTPRequestHandler):
+    """A name served by several backends: a new strong ETag on every response, the
+    same Last-Modified; If-Range is honoured (200 when it does not match)."""
+
+    protocol_version = "HTTP/1.1"
+    data = b""
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+    def do_GET(self) -> None:
+        data = self.data
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        ranged = m is not None and self.headers.get("If-Range") is None
+        start, end = 0, len(data)
+        if ranged:
+            start, end = int(m.group(1)), int(m.group(2) or len(data) - 1) + 1
+        self.send_response(206 if ranged else 200)
+        if ranged:
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+        self.send_header("ETag", f'"{uuid.uuid4().hex}"')
+        self.send_header("Last-Modified", email.utils.formatdate(1_700_000_000, usegmt=True))
+        self.send_header("Content-Length", str(end - start))
+        self.end_headers()
+        self.wfile.write(data[start:end])
+
+
+def test_http_etag_that_changes_per_response_is_not_a_change(http_servers) -> None:
+    """Backends behind one name with their own ETags: a 200 to If-Range with the same
+    Last-Modified is a server that will not give this range, not a new file."""
+    data = payload(50_000, seed=37)
+    base = http_servers(type("H", (_EtagPerResponse,), {"data": data}))
+    with http(base + "/f.bin") as f:
+        assert fetch(f, 0, 1000) == data[:1000]
+        with pytest.raises(RangeNotHonoured):
+            fetch(f, 5000, 6000)
+
+
+def test_ftp_server_full_530_is_transient(start_pyftpd) -> None:
+    """proftpd's MaxClients (and wu-ftpd's class limits) answer a login with 530:
+    full for now, asked again later; a wrong password stays a refusal."""
+    from pyftpdlib.handlers import FTPHandler
+
+    class Full(FTPHandler):
+        def ftp_USER(self, line: str) -> None:
+            self.respond("530 Sorry, the maximum number of allowed clients (1) are "
+                         "already connected.")
+
+    class Wrong(FTPHandler):
+        def ftp_USER(self, line: str) -> None:
+            self.respond("530 Login incorrect.")
+
+    for handler, error in ((Full, TransientError), (Wrong, PermanentError)):
+        server = start_pyftpd(handler=handler)
+        server.put("f.bin", b"x" * 10)
+        with ftp(server.url("f.bin"), pipeline=False) as f, pytest.raises(error) as err:
+            f.size()
+        assert err.type is error, err.value

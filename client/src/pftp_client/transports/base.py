@@ -65,6 +65,16 @@ class Refusal(str):
     __slots__ = ()
 
 
+def shown(url: str) -> str:
+    """``url`` for messages: without the password of its user info."""
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    userinfo, at, host = netloc.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}{slash}{path}"
+
+
 def reason(exc: BaseException) -> str:
     """``str(exc)``, marked a Refusal when retrying cannot help."""
     return Refusal(exc) if isinstance(exc, PermanentError) else str(exc)

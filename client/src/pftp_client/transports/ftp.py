@@ -58,6 +58,9 @@ from pftp_client.transports.window import committed_bytes, received_bytes, smoot
 
 __all__ = ["FtpFetcher", "FtpReply", "FtpTarget", "ftp_target", "parse_epsv", "parse_pasv"]
 
+# Words of a 530 that means "full for now", not "wrong login" (_check_login).
+_FULL_SERVER_WORDS = ("maximum", "too many", "try again", "try later", "limit", "busy")
+
 log = LazyLogger(__name__)  # (logging is not imported before the first connect)
 
 RECV_BUFSIZE = 256 * 1024
@@ -1091,6 +1094,10 @@ class FtpFetcher:
     def _check_login(self, reply: FtpReply, user: str) -> None:
         if reply.code == 332:
             raise PermanentError(f"{self._where()}: server wants an ACCT, not supported")
+        if reply.code == 530 and any(w in reply.text.lower() for w in _FULL_SERVER_WORDS):
+            # proftpd's MaxClients and wu-ftpd's class limits refuse with 530: the
+            # server is full for now, the login itself is fine (asked again later)
+            raise TransientError(f"{self._where()}: server full: {reply}")
         if reply.code not in (230, 202):
             raise error_for_reply(f"{self._where()}: login as {user!r} refused", reply)
 

@@ -30,6 +30,7 @@ from pftp_client.transports.base import (
     TransferError,
     TransientError,
     Vet,
+    shown,
 )
 from pftp_client.transports.http_head import (
     AHEAD_BUFFER_BYTES,
@@ -97,6 +98,7 @@ class HttpFetcher:
         # Told the validator before the first byte is handed over (FtpFetcher.vet).
         self.vet: Vet | None = None
         self._answered = False  # a response was checked: the validator is what it is
+        self._modified: str | None = None  # Last-Modified with the validator
         self._vetted = False
         self._total: int | None = None
         self._closed = False
@@ -233,7 +235,8 @@ class HttpFetcher:
         its offset reads on from its chunks, as from ``start_head``'s."""
         if head.error is not None or not head.checked.is_set():
             raise ValueError("only a head start with a good answer can be taken over")
-        self._validator = self._validator or head.validator
+        if self._validator is None:
+            self._validator, self._modified = head.validator, head.last_modified
         self._answered = True
         self._check_total(head.total)
         if head.offset is None:
@@ -409,12 +412,14 @@ class HttpFetcher:
             self._check_total(total)
         elif status == 200:
             if offset > 0:
-                now = strong_validator(resp.headers.get("ETag"), resp.headers.get("Last-Modified"))
-                if self._validator and now and now != self._validator:
-                    # If-Range did not match: the file changed during the download
+                modified = resp.headers.get("Last-Modified")
+                if self._validator and modified and self._modified not in (None, modified):
+                    # If-Range did not match, and the modification time moved too
+                    # (an ETag alone also differs between the servers behind one
+                    # name): the file changed during the download
                     raise FileChanged(
-                        f"{self.url}: the file changed during the download "
-                        f"({self._validator} before, {now} now)"
+                        f"{shown(self.url)}: the file changed during the download "
+                        f"(modified {self._modified} before, {modified} now)"
                     )
                 # Whole file from byte 0 (Range ignored).
                 raise RangeNotHonoured(
@@ -439,6 +444,7 @@ class HttpFetcher:
     def _remember_validator(self, resp: httpx.Response) -> None:
         if self._validator:
             return
+        self._modified = resp.headers.get("Last-Modified")
         # (If-Range needs a strong validator)
         self._validator = strong_validator(
             resp.headers.get("ETag"), resp.headers.get("Last-Modified")

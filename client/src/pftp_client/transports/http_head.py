@@ -198,6 +198,7 @@ class HeadGet(AheadReader):
         self.timeout = timeout
         self.total: int | None = None
         self.validator: str | None = None
+        self.last_modified: str | None = None  # (with the validator)
         self.sock: socket.socket | None = None
         self.error: BaseException | None = None
         self._offset_for = offset_for
@@ -322,6 +323,7 @@ class HeadGet(AheadReader):
         if resp.status != 200 or length is None or not length.isdigit() or resp.will_close:
             raise HeadUnusable(f"HEAD answered {resp.status} {resp.reason}")
         self.validator = strong_validator(resp.getheader("ETag"), resp.getheader("Last-Modified"))
+        self.last_modified = resp.getheader("Last-Modified")
         return int(length)
 
     def _check(self, resp: http.client.HTTPResponse) -> None:
@@ -347,7 +349,8 @@ class HeadGet(AheadReader):
             raise HeadUnusable(f"size {total}, expected {self.total}")
         self.total = total
         validator = strong_validator(resp.getheader("ETag"), resp.getheader("Last-Modified"))
-        self.validator = validator or self.validator
+        if validator:
+            self.validator, self.last_modified = validator, resp.getheader("Last-Modified")
 
     def _read(self, resp: http.client.HTTPResponse) -> None:
         while not self._stopped.is_set():
