@@ -205,23 +205,37 @@ def get(
             progress=progress,
         )
     except UsageError as exc:
+        _json_failure(json_out, EXIT_USAGE, str(exc))
         raise _fail(EXIT_USAGE, str(exc)) from exc
     except KeyboardInterrupt as exc:
         why = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        code = EXIT_TERMINATED if why == "terminated" else EXIT_INTERRUPTED
+        _json_failure(json_out, code, f"{why}; run the same command again to resume")
         print(f"pftp: {why}; run the same command again to resume", file=sys.stderr)
-        raise CliExit(EXIT_TERMINATED if why == "terminated" else EXIT_INTERRUPTED) from exc
+        raise CliExit(code) from exc
     except Exception as exc:
         code = _exit_code(exc)
         if code is None:
             raise
         resumable = _is(exc, "control_file", "ResumeMismatch")
         hint = " (use --restart to discard it)" if resumable else ""
+        _json_failure(json_out, code, f"{exc}{hint}")
         raise _fail(code, f"{exc}{hint}") from exc
     if json_out:
         import json
 
         # one write: with PYTHONUNBUFFERED, json.dump writes every token on its own
         sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
+        sys.stdout.flush()
+
+
+def _json_failure(json_out: bool, code: int, message: str) -> None:
+    """With --json, a failed download still leaves one JSON object on stdout: the
+    exit code and the message (which names each mirror's reason)."""
+    if json_out:
+        import json
+
+        sys.stdout.write(json.dumps({"error": message, "exit_code": code}, indent=2) + "\n")
         sys.stdout.flush()
 
 

@@ -116,8 +116,10 @@ def test_json_summary_and_verification_exit_code(tmp_path, ftp_mirrors):
     assert {"bytes", "seconds", "rate_bps", "events", "state"} <= set(out["mirrors"][0])
     assert sum(x["bytes"] for x in out["mirrors"]) == len(data)
     (tmp_path / "j.bin").unlink()
-    r = run_pftp(tmp_path, *args, "--sha256", "0" * 64, "-q")
+    r = run_pftp(tmp_path, *args, "--sha256", "0" * 64, "-q", "--json")
     assert r.returncode == 3 and not (tmp_path / "j.bin").exists()
+    failed = json.loads(r.stdout)  # (a failure is still one JSON object)
+    assert failed["exit_code"] == 3 and "SHA-256" in failed["error"], failed
 
 
 def _wait_for_progress(
