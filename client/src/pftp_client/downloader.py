@@ -760,27 +760,16 @@ def _vetted(
 
 # A resumed mirror with no version to compare is compared by these bytes instead.
 _SAMPLE_BYTES = 4096
-_SAMPLE_SPOTS = 3
 
 
 def _sampler(part: Any, done: Any, cfg: EngineConfig) -> Callable[[str], bool | None]:
-    """sample(url) for validators.ValidatorBook: the mirror's bytes at up to three
-    kept ranges (the first, the middle of the largest, the end of the last) against
-    the part file's; None when they could not be fetched. On a connection of its own
-    (the flow's may carry a transfer begun ahead)."""
-    from pftp_client.transports.base import RangeEnd
+    """sample(url) for validators.ValidatorBook: the mirror's bytes at a few kept
+    ranges against the part file's (integrity.kept_bytes_match); None when they
+    could not be fetched. On a connection of its own (the flow's may carry a
+    transfer begun ahead)."""
+    from pftp_client.integrity import kept_bytes_match, sample_spots
 
-    runs = list(done)
-    spots: list[tuple[int, int]] = []
-    if runs:
-        first, last = runs[0], runs[-1]
-        big = max(runs, key=lambda r: r[1] - r[0])
-        middle = ((big[0] + big[1]) // 2, big[1])
-        end = (max(last[0], last[1] - _SAMPLE_BYTES), last[1])
-        for s, e in (first, middle, end):
-            spot = (s, min(e, s + _SAMPLE_BYTES))
-            if spot[1] > spot[0] and spot not in spots:
-                spots.append(spot)
+    spots = sample_spots(done, _SAMPLE_BYTES)
 
     def sample(url: str) -> bool | None:
         if not spots:
@@ -790,13 +779,7 @@ def _sampler(part: Any, done: Any, cfg: EngineConfig) -> Callable[[str], bool | 
         except (TransferError, ValueError, OSError):
             return None
         try:
-            for s, e in spots[:_SAMPLE_SPOTS]:
-                got = bytearray()
-                f.fetch(s, RangeEnd(e), lambda _o, b, _t, got=got: got.extend(b),
-                        threading.Event())
-                if bytes(got) != part.pread(e - s, s):
-                    return False
-            return True
+            return kept_bytes_match(part, f, spots)
         except (TransferError, OSError) as exc:
             log.info("%s: kept bytes not compared: %s", shown(url), exc)
             return None
@@ -979,9 +962,7 @@ def _run_plan(
         except NoMirrorCouldServe as exc:
             if book.changed():
                 raise ResumeMismatch(
-                    "the file changed on "
-                    + ", ".join(map(shown, book.changed()))
-                    + f" since the interrupted download, and no other mirror could finish it: {exc}"
+                    f"{book.changed_text()}, and no other mirror could finish it: {exc}"
                 ) from exc
             raise
         finally:
@@ -998,9 +979,7 @@ def _run_plan(
             wrote = [s.url for s in result.mirrors if s.bytes and s.url in book.unchecked()]
             if wrote:
                 raise ResumeMismatch(
-                    "the file changed on " + ", ".join(map(shown, book.changed()))
-                    + " since the interrupted download, and "
-                    + ", ".join(map(shown, wrote))
+                    f"{book.changed_text()}, and " + ", ".join(map(shown, wrote))
                     + " (no version recorded to compare) wrote part of it; "
                     + f"{part_p} kept, not put in place"
                 )

@@ -756,15 +756,23 @@ class DownloadEngine:
                 continue
             p.judged = True
             rate = (sum(f.stats.received for f in left) - b0) / (now - t0)
-            link = (self.cfg.access_bps or 0.0) / 8
-            if rate < self.cfg.park_hold * p.aggregate_before:
-                why = "the shared-link verdict did not hold"
-            elif p.access_link and rate < self.cfg.access_full * link:
-                why = f"the {link * 8 / 1e6:.2f} Mbit/s access link has room for it"
-            else:
-                continue
-            self._undo_parking(p, rate, why)
+            why = self._parking_wrong(p, rate)
+            if why is not None:
+                self._undo_parking(p, rate, why)
         return due
+
+    def _parking_wrong(self, p: Parking, rate: float) -> str | None:
+        """Why parking ``p`` should be undone, with the flows left carrying ``rate``
+        (bytes/s) since, or None: the aggregate fell (the flows did not share the
+        congested link), or it was parked for a full access link that now has room
+        (the aggregate before, over a window with slow start's bursts in it, read
+        full too early: back to work, as a backup would be, _top_up)."""
+        link = (self.cfg.access_bps or 0.0) / 8
+        if rate < self.cfg.park_hold * p.aggregate_before:
+            return "the shared-link verdict did not hold"
+        if p.access_link and rate < self.cfg.access_full * link:
+            return f"the {link * 8 / 1e6:.2f} Mbit/s access link has room for it"
+        return None
 
     def _undo_parking(self, p: Parking, rate: float, why: str) -> None:
         """Lock held: put the flows of parking ``p`` back to work; no more parkings."""
@@ -791,18 +799,9 @@ class DownloadEngine:
             if age < self.cfg.park_probation_s and not fell:
                 continue
             self._parkings.remove(p)
-            link = (self.cfg.access_bps or 0.0) / 8
-            if fell:
-                why = "the shared-link verdict did not hold"
-            elif p.access_link and agg < self.cfg.access_full * link:
-                # It was parked for a full access link. Without it the link has
-                # room (the aggregate before, over a window with slow start's
-                # bursts in it, read full too early): back to work, as a backup
-                # would be (_top_up).
-                why = f"the {link * 8 / 1e6:.2f} Mbit/s access link has room for it"
-            else:
-                continue
-            self._undo_parking(p, agg, why)
+            why = self._parking_wrong(p, agg)
+            if why is not None:
+                self._undo_parking(p, agg, why)
 
     # --- setup ------------------------------------------------------------------------
 

@@ -17,6 +17,10 @@ from pathlib import Path
 from pftp_client.part_file import PartFile
 from pftp_client.transports.base import RangeEnd, RangeFetcher, TransferError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pftp_client.ranges import RangeSet
+
 CHUNK = 1024 * 1024
 # The prefix hasher's blocks, hashed through a mapping of the part file: one
 # hashlib call each, which releases the GIL while it reads the page cache and
@@ -182,6 +186,41 @@ def _compare_run(
     if state["pos"] < end:
         raise TransferError(f"referee stopped at {state['pos']} of [{start}, {end})")
     return end - start
+
+
+def sample_spots(done: RangeSet, length: int) -> list[tuple[int, int]]:
+    """Up to three ranges of ``length`` bytes inside ``done``: its first bytes, the
+    middle of its largest run, the end of its last run (kept_bytes_match)."""
+    runs = list(done)
+    if not runs:
+        return []
+    big = max(runs, key=lambda r: r[1] - r[0])
+    spots: list[tuple[int, int]] = []
+    for s, e in (runs[0], ((big[0] + big[1]) // 2, big[1]),
+                 (max(runs[-1][0], runs[-1][1] - length), runs[-1][1])):
+        spot = (s, min(e, s + length))
+        if spot[1] > spot[0] and spot not in spots:
+            spots.append(spot)
+    return spots
+
+
+def kept_bytes_match(
+    part: PartFile, fetcher: RangeFetcher, spots: Sequence[tuple[int, int]]
+) -> bool:
+    """Whether ``fetcher``'s bytes over ``spots`` equal the part file's (a resumed
+    mirror with no version to compare, validators.py). Raises TransferError."""
+    same = True
+
+    def sink(offset: int, data: memoryview, _arrival_ns: int) -> None:
+        nonlocal same
+        same = same and part.pread(len(data), offset) == data
+
+    for s, e in spots:
+        if fetcher.fetch(s, RangeEnd(e), sink, threading.Event()) < e - s:
+            raise TransferError(f"sample [{s}, {e}) ended short")
+        if not same:
+            return False
+    return True
 
 
 def _swap(part: PartFile, alt: PartFile, ranges: Sequence[tuple[int, int]]) -> None:

@@ -108,6 +108,11 @@ class ValidatorBook:
         with self._lock:
             return dict(self._changed)
 
+    def changed_text(self) -> str:
+        """"the file changed on <mirrors> since the interrupted download" (messages)."""
+        names = ", ".join(map(shown, self.changed()))
+        return f"the file changed on {names} since the interrupted download"
+
     def unchecked(self) -> set[str]:
         """URLs this resume could not check (no version to compare, no sample)."""
         with self._lock:

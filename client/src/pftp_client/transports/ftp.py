@@ -1163,14 +1163,14 @@ class FtpFetcher:
         Nothing to ask when both came with the pipelined login."""
         if self._size_known:
             return self._size
-        commands = [f"SIZE {self.target.path}", *self._mdtm_command()]
-        asked_mdtm = len(commands) == 2
+        mdtm = self._mdtm_command()
+        commands = [f"SIZE {self.target.path}", *mdtm]
         wants_port = passive and self.pipeline and not ctrl.armed()
         extra = self._passive_command(ctrl) if wants_port else None
         if extra:
             commands.append(extra)
         replies = self._exchange(ctrl, commands)
-        if asked_mdtm:
+        if mdtm:
             self._absorb_mdtm(replies[1])
         if extra:
             self._absorb_passive(ctrl, extra, replies[-1])
