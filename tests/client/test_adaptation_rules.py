@@ -146,3 +146,17 @@ def test_piece_sizes():
     g = PieceGrid(10, 4)
     assert g.count == 3 and g.bounds(2) == (8, 10) and list(g.touching(3, 9)) == [0, 1, 2]
     assert g.align_up(5) == 8 and g.align_up(9) == 10 and g.align_down(7) == 4
+
+
+def test_a_flow_about_to_finish_counts_as_done_not_as_many_times_done():
+    """Session 16: at the end of a wide-area download, a flow with a sliver left
+    (T_m = 8) lifted the mean so far that a far mirror with a second of work left
+    was cut as slow. T_m is at most 1."""
+    prog = [
+        FlowProgress("near", 2 * MIB, MIB // 4),  # done within the interval
+        FlowProgress("far", 1 * MIB, 2 * MIB),  # half of what it has left
+        FlowProgress("fast", 4 * MIB, 8 * MIB),
+    ]
+    assert find_slow_flows(prog) == []
+    stuck = [*prog[:2], FlowProgress("stuck", MIB // 10, 8 * MIB)]
+    assert [v.flow_id for v in find_slow_flows(stuck)] == ["stuck"]

@@ -247,3 +247,60 @@ def test_the_overlap_lead_is_what_the_old_transfer_carries_while_the_new_one_ram
     lead = overlap_lead_bytes(rate, rtt)
     assert lead == pytest.approx(carried_by_old, rel=0.2)
     assert overlap_lead_bytes(rate, rtt, margin=1.5) == pytest.approx(1.5 * lead, rel=0.01)
+
+
+def test_a_victim_keeps_its_share_of_all_the_work_left_not_only_the_pairs():
+    """Session 16, wide-area --mirror: the far 40 Mbit/s flow, free first, split the
+    slowest mirror's range as if the two of them were alone, so that mirror ran dry
+    early and stole in turn. Each flow's rate x the time in which all of them, the
+    thief included after its latency, finish together is what the victim keeps."""
+    from pftp_client.tail import share_until_s
+
+    size = 48 * MIB
+    grid = PieceGrid(size, 16 * KIB)
+    m0 = LaneView(1, reserved=1 * MIB, end=12 * MIB, rate=600_000.0, owner="m0")
+    m1 = LaneView(2, reserved=14 * MIB, end=24 * MIB, rate=1_200_000.0, owner="m1")
+    m2 = LaneView(3, reserved=30 * MIB, end=36 * MIB, rate=2_400_000.0, owner="m2")
+    thief, latency = 4_800_000.0, 0.4
+    work = 11 * MIB + 10 * MIB + 6 * MIB
+    together = (work + thief * latency) / (600_000 + 1_200_000 + 2_400_000 + thief)
+    assert share_until_s([m0, m1, m2], thief, latency) == pytest.approx(together)
+    move = plan_tail_move([m0, m1, m2], thief_rate=thief, thief_latency_s=latency, grid=grid,
+                          duplicate_budget_left=0)
+    assert move == Steal(1, grid.align_up(1 * MIB + math.ceil(600_000 * together)), 12 * MIB)
+    # alone with its victim, the thief splits as before (both finish together)
+    alone = plan_tail_move([m0], thief_rate=thief, thief_latency_s=latency, grid=grid,
+                           duplicate_budget_left=0)
+    pair = 600_000 * (11 * MIB + thief * latency) / (600_000 + thief)
+    assert alone == Steal(1, grid.align_up(1 * MIB + math.ceil(pair)), 12 * MIB)
+    assert alone.split < move.split
+    # a flow's range begun ahead is a second lane, not a second flow's rate
+    ahead = LaneView(4, reserved=40 * MIB, end=41 * MIB, rate=2_400_000.0, owner="m2")
+    both = share_until_s([m0, m1, m2, ahead], thief, latency)
+    assert both == pytest.approx((work + 1 * MIB + thief * latency) / 9_000_000)
+    # a rate not known yet leaves the pair's split
+    fresh = LaneView(5, reserved=0, end=1 * MIB, rate=None)
+    assert share_until_s([m0, fresh], thief, latency) is None
+    # a thief that could not join before the others are done adds nothing
+    assert share_until_s([m0], 100.0, 30.0) == pytest.approx(11 * MIB / 600_000)
+
+
+def test_a_thief_takes_no_more_than_it_fetches_by_the_common_finish():
+    """What the victim has beyond its share and the thief's is left at its end for
+    the next flow to run out of work (one piece, not scraps of every victim)."""
+    from pftp_client.tail import share_until_s
+
+    size = 48 * MIB
+    grid = PieceGrid(size, 16 * KIB)
+    slow = LaneView(1, reserved=1 * MIB, end=40 * MIB, rate=600_000.0, owner="m0")
+    mid = LaneView(2, reserved=42 * MIB, end=48 * MIB, rate=2_400_000.0, owner="m2")
+    thief, latency = 4_800_000.0, 0.4
+    together = share_until_s([slow, mid], thief, latency)
+    assert together == pytest.approx((45 * MIB + thief * latency) / 7_800_000)
+    move = plan_tail_move([slow, mid], thief_rate=thief, thief_latency_s=latency, grid=grid,
+                          duplicate_budget_left=0)
+    taken = math.floor(thief * (together - latency))
+    assert move == Steal(1, grid.align_up(40 * MIB - taken), 40 * MIB)
+    # more than the victim's own share stays with it: the middle flow's part
+    kept_s = (move.split - slow.reserved) / slow.rate
+    assert kept_s > together + 0.5

@@ -1457,6 +1457,7 @@ class DownloadEngine:
             LaneView(
                 ln.id, ln.reserved, ln.owned_end, ln.flow.rate_estimate(now),
                 ln.shadow is not None, floor=self._cut_floor(ln, shared),
+                owner=ln.flow.id,
             )
             for ln in self.lanes.values()
             if ln.kind == "normal"
@@ -2074,10 +2075,13 @@ class DownloadEngine:
                         # behind it: the meter's window would still hold them)
                         f.steady_bytes += f.stats.received - last[1]
                         f.steady_s += now - last[2]
-                    current[f.id] = (lane.id, f.stats.bytes, lane.owned_end - lane.reserved)
+                    left = lane.owned_end - lane.reserved
+                    current[f.id] = (lane.id, f.stats.bytes, left)
                     before = prev.get(f.id)
                     if before is not None and before[0] == lane.id:
-                        progress.append(FlowProgress(f.id, f.stats.bytes - before[1], before[2]))
+                        got = f.stats.bytes - before[1]
+                        # (a steal in the interval shortened the portion it had then)
+                        progress.append(FlowProgress(f.id, got, min(before[2], got + left)))
                 prev = current
                 verdicts = find_slow_flows(progress, self.cfg.slow_ratio)
                 slow_now = {v.flow_id for v in verdicts}

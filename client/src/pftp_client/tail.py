@@ -13,6 +13,14 @@ keeps k bytes of its remaining R such that k / r_v = L + (R - k) / r_t, i.e.
 Without rate estimates this is the paper's (and the brief's) half split. Cuts
 are rounded up to a piece boundary so pieces stay whole.
 
+The pair is not the whole download, though: other flows are also going to run
+out of work and come for the same victims. So the victim never keeps less than
+its share of all the work left (``share_until_s``): what it fetches by the time
+every flow, the thief included once its latency has passed, would finish
+together. Split by the pair alone on the wide-area paths (`--mirror`), the far
+40 Mbit/s flow took most of the 160 ms mirror's range, a near flow then took the
+rest, and that far mirror sat idle for the last 0.5 s.
+
 Only when nothing worth splitting is left (the remainder is below one piece)
 may an idle flow fetch bytes that another flow is also fetching: a duplicate
 race over the victim's last bytes, allowed only if it is expected to finish in
@@ -46,6 +54,9 @@ class LaneView:
     shadowed: bool = False  # a duplicate already races it
     # No split below this: the server is already sending up to here (engine._cut_floor).
     floor: int = 0
+    # The flow fetching it ("" = a flow of its own): a flow's range begun ahead and
+    # its running one are two lanes but one rate.
+    owner: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,26 +96,69 @@ def choose_victim(lanes: Sequence[LaneView]) -> LaneView | None:
     return max(live, key=key)
 
 
+def share_until_s(
+    lanes: Sequence[LaneView], thief_rate: float | None, thief_latency_s: float
+) -> float | None:
+    """Seconds from now until the work left in ``lanes`` is done when their flows
+    carry it at their rates and a thief joins after its latency, all finishing
+    together. None when a rate is unknown. A thief too slow to join before that
+    adds nothing."""
+    if thief_rate is None or thief_rate <= 0:
+        return None
+    rates: dict[object, float] = {}
+    work = 0
+    for v in lanes:
+        if v.rate is None:
+            if v.end > v.reserved:
+                return None
+            continue
+        rates[v.owner or ("lane", v.lane_id)] = max(0.0, v.rate)
+        work += max(0, v.end - v.reserved)
+    others = sum(rates.values())
+    together = (work + thief_rate * thief_latency_s) / (others + thief_rate)
+    if together > thief_latency_s or others <= 0:
+        return together
+    return work / others
+
+
 def victim_keeps(
-    remaining: int, victim_rate: float | None, thief_rate: float | None, thief_latency_s: float
+    remaining: int,
+    victim_rate: float | None,
+    thief_rate: float | None,
+    thief_latency_s: float,
+    share_s: float | None = None,
 ) -> int:
-    """Bytes the victim keeps so both finish together (module docstring)."""
+    """Bytes the victim keeps so both finish together (module docstring), and at
+    least its share of all the work left when ``share_s`` (share_until_s) is
+    known."""
     if victim_rate is None or thief_rate is None or thief_rate <= 0:
         return remaining // 2
     if victim_rate <= 0:
         return 0
     k = victim_rate * (remaining + thief_rate * thief_latency_s) / (victim_rate + thief_rate)
+    if share_s is not None:
+        k = max(k, victim_rate * share_s)
     return min(remaining, math.ceil(k))
 
 
 def plan_steal(
-    victim: LaneView, thief_rate: float | None, thief_latency_s: float, grid: PieceGrid
+    victim: LaneView,
+    thief_rate: float | None,
+    thief_latency_s: float,
+    grid: PieceGrid,
+    share_s: float | None = None,
 ) -> Steal | None:
     remaining = victim.end - victim.reserved
     if remaining <= 0:
         return None
-    keep = victim_keeps(remaining, victim.rate, thief_rate, thief_latency_s)
-    split = grid.align_up(max(victim.reserved + max(1, keep), victim.floor))
+    keep = victim_keeps(remaining, victim.rate, thief_rate, thief_latency_s, share_s)
+    split = max(victim.reserved + max(1, keep), victim.floor)
+    if share_s is not None and thief_rate is not None and thief_rate > 0:
+        # (nor more than the thief fetches by then: the rest of the victim's excess
+        # is for the flows that run out of work after it, in one piece)
+        takes = math.floor(thief_rate * max(0.0, share_s - thief_latency_s))
+        split = max(split, victim.end - takes)
+    split = grid.align_up(split)
     if split >= victim.end:
         return None
     if victim.rate is not None and thief_rate is not None and thief_rate > 0:
@@ -158,8 +212,10 @@ def plan_tail_move(
                 sum(known) / len(known),
                 victim.shadowed,
                 victim.floor,
+                victim.owner,
             )
-    steal = plan_steal(victim, thief_rate, thief_latency_s, grid)
+    share_s = share_until_s(lanes, thief_rate, thief_latency_s)
+    steal = plan_steal(victim, thief_rate, thief_latency_s, grid, share_s)
     if steal is not None:
         return steal
     return plan_duplicate(victim, thief_rate, thief_latency_s, duplicate_budget_left)
