@@ -87,7 +87,9 @@ def test_commands_travel_together(ftp_server, relay) -> None:
     assert sent_before_reply(lines, "NOOP", "EPSV", abort)
     # the next range uses the port that came with the resync: no EPSV of its own
     after = [text for side, text in lines[abort:] if side == "C"]
-    assert after[:5] == ["ABOR", "NOOP", "EPSV", "REST 2000000", "RETR f.bin"]
+    # and MDTM asked again with REST + RETR (a copy replaced meanwhile is caught)
+    assert after[:6] == ["ABOR", "NOOP", "EPSV", "MDTM f.bin", "REST 2000000", "RETR f.bin"]
+    assert sent_before_reply(lines, "MDTM", "RETR", abort)
     # nothing rides behind RETR
     for i, (side, text) in enumerate(lines):
         if side == "C" and text.startswith("RETR"):

@@ -120,6 +120,44 @@ def test_http_file_replaced_during_the_download(nginx_server) -> None:
             fetch(f, 100_000, 101_000)
 
 
+@pytest.mark.parametrize("pipeline", [True, False], ids=["pipelined", "one-at-a-time"])
+def test_ftp_file_replaced_during_the_download(ftp_server, pipeline: bool) -> None:
+    """A mirror's sync renames a new copy in: a running transfer keeps the old file,
+    the next RETR would get the new one. Every RETR to the server that gave the
+    version asks MDTM again (in the same write when pipelined) and a new time stops
+    it before a byte of the new copy is handed over."""
+    data = payload(200_000, seed=38)
+    path = ftp_server.put("f.bin", data)
+    with ftp(ftp_server.url("f.bin"), pipeline=pipeline) as f:
+        assert fetch(f, 0, 1000) == data[:1000]
+        assert fetch(f, 50_000, 51_000) == data[50_000:51_000]  # the same copy: goes on
+        assert f.rechecks >= 1
+        ftp_server.put("f.bin", payload(200_000, seed=39))
+        later = path.stat().st_mtime + 60
+        os.utime(path, (later, later))
+        sink = Collector(100_000)
+        with pytest.raises(FileChanged, match="changed on the server during the download"):
+            f.fetch(100_000, RangeEnd(101_000), sink, threading.Event())
+        assert not sink.data
+        # the connection stayed in step: the fetcher still serves (the new copy) to
+        # whoever asks after adopting that version
+        f.validator = f"MDTM {time.strftime('%Y%m%d%H%M%S', time.gmtime(later))}"
+        assert fetch(f, 2000, 3000) == payload(200_000, seed=39)[2000:3000]
+
+
+def test_ftp_other_address_behind_the_name_is_not_compared(ftp_server) -> None:
+    """Machines behind one name keep their own times: only the address that gave the
+    version is asked again."""
+    data = payload(100_000, seed=40)
+    ftp_server.put("f.bin", data)
+    with ftp(ftp_server.url("f.bin")) as f:
+        assert fetch(f, 0, 1000) == data[:1000]
+        before = f.rechecks
+        f._validator_peer = "192.0.2.7"  # (as if the version came from another machine)
+        assert fetch(f, 5000, 6000) == data[5000:6000]
+        assert f.rechecks == before
+
+
 def test_http_range_ignored_is_still_told_apart(nginx_server) -> None:
     """Without a change, a 200 to a range is still a server that ignores ranges
     (nginx's norange/ location), though If-Range went with it."""

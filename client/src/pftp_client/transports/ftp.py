@@ -232,6 +232,8 @@ class _Control:
         self.timeout = timeout
         self.rfile = sock.makefile("rb")
         self.typed = False  # TYPE I accepted on this connection
+        # MDTM answered on it and no RETR since: the next RETR need not ask again
+        self.version_fresh = False
         # A passive port already obtained (EPSV/PASV reply read) for the next
         # transfer, and when; see _PASSIVE_MAX_AGE.
         self.passive: tuple[int, float] | None = None
@@ -365,6 +367,19 @@ def _quit(ctrl: _Control) -> None:
     except (_ControlLost, OSError):
         pass  # the connection is being discarded either way
     ctrl.close()
+
+
+def _mdtm_validator(reply: FtpReply) -> str | None:
+    """``MDTM <time>`` from a 213 reply (RFC 3659 3.1), else None."""
+    stamp = reply.text.split("\n")[-1][4:].strip() if reply.code == 213 else ""
+    return f"MDTM {stamp}" if stamp.replace(".", "").isdigit() else None
+
+
+def _peer_address(sock: socket.socket) -> str | None:
+    try:
+        return str(sock.getpeername()[0])
+    except OSError:
+        return None
 
 
 def _rst_close(sock: socket.socket) -> None:
@@ -529,6 +544,14 @@ class FtpFetcher:
         # (validators.ValidatorBook.vet; set by the downloader).
         self.validator: str | None = None
         self._validator_known = False
+        # The server address that gave it: every later RETR to that address asks
+        # MDTM again in the same write (no round trip), and a new time there means
+        # the file was replaced during the download (a mirror's sync renames the new
+        # copy in: a running transfer keeps the old file, the next RETR gets the
+        # new one). Other addresses behind one name may be other machines, with
+        # their own times: not compared.
+        self._validator_peer: str | None = None
+        self.rechecks = 0  # MDTM asked again before a RETR (tests)
         self.vet: Vet | None = None
         self._vetted = False
         # None: not probed yet; True: honours REST; False: ignores it.
@@ -1077,7 +1100,7 @@ class FtpFetcher:
             elif command.startswith("SIZE "):
                 self._absorb_size(answer)
             elif command.startswith("MDTM "):
-                self._absorb_mdtm(answer)
+                self._absorb_mdtm(answer, ctrl)
             else:
                 self._absorb_passive(ctrl, command, answer)
 
@@ -1120,7 +1143,7 @@ class FtpFetcher:
             if command == "TYPE I":
                 self._check_type(ctrl, reply)
             elif command.startswith("MDTM "):
-                self._absorb_mdtm(reply)
+                self._absorb_mdtm(reply, ctrl)
             else:
                 self._absorb_size(reply)
         return replies[len(setup) :]
@@ -1130,12 +1153,35 @@ class FtpFetcher:
         first SIZE, so it costs no round trip (pipelined)."""
         return [] if self._validator_known else [f"MDTM {self.target.path}"]
 
-    def _absorb_mdtm(self, reply: FtpReply) -> None:
+    def _absorb_mdtm(self, reply: FtpReply, ctrl: _Control) -> None:
         """The file's modification time as its version; none when the server does
         not say (MDTM not implemented, or refused for this file)."""
-        stamp = reply.text.split("\n")[-1][4:].strip() if reply.code == 213 else ""
-        self.validator = f"MDTM {stamp}" if stamp.replace(".", "").isdigit() else None
+        self.validator = _mdtm_validator(reply)
         self._validator_known = True
+        self._validator_peer = _peer_address(ctrl.sock) if self.validator else None
+        ctrl.version_fresh = True
+
+    def _recheck_command(self, ctrl: _Control) -> list[str]:
+        """``MDTM`` again before a RETR to the server that gave the version."""
+        fresh, ctrl.version_fresh = ctrl.version_fresh, False
+        if fresh or self.validator is None or self._validator_peer is None:
+            return []
+        if _peer_address(ctrl.sock) != self._validator_peer:
+            return []
+        return [f"MDTM {self.target.path}"]
+
+    def _changed_since(self, reply: FtpReply) -> str | None:
+        """The message for a version that moved since the first one, else None (a
+        refused MDTM tells nothing: the transfer goes on)."""
+        self.rechecks += 1
+        now = _mdtm_validator(reply)
+        if now is None or now == self.validator:
+            return None
+        return (
+            f"{self._where()}: the file changed on the server during the download "
+            f"({self.validator} at first, {now} now); its new bytes are not mixed "
+            "with the old ones"
+        )
 
     def _absorb_size(self, reply: FtpReply) -> None:
         """Cache a SIZE reply that came along with other commands. Errors are not
@@ -1171,7 +1217,7 @@ class FtpFetcher:
             commands.append(extra)
         replies = self._exchange(ctrl, commands)
         if mdtm:
-            self._absorb_mdtm(replies[1])
+            self._absorb_mdtm(replies[1], ctrl)
         if extra:
             self._absorb_passive(ctrl, extra, replies[-1])
         return self._size_from_reply(replies[0])
@@ -1303,8 +1349,10 @@ class FtpFetcher:
         try:
             if not self.pipeline:
                 return ctrl, self._start_retr_sync(ctrl, data, offset)
-            commands = [f"REST {offset}"] if offset > 0 else []
+            recheck = self._recheck_command(ctrl)
+            commands = [*recheck, *([f"REST {offset}"] if offset > 0 else [])]
             ctrl.send_batch([*commands, f"RETR {self.target.path}"])
+            changed = self._changed_since(ctrl.reply()) if recheck else None
             if offset > 0:
                 rest = ctrl.reply()
                 if rest.code != 350:
@@ -1338,6 +1386,10 @@ class FtpFetcher:
         except BaseException:
             _rst_close(data)
             raise
+        if changed is not None:
+            # (nothing was read: stopped like any early end, the connection in step)
+            self._abort(ctrl, data)
+            raise FileChanged(changed)
         return ctrl, data
 
     def _answer_after_failed_connect(self, ctrl: _Control) -> FtpReply | None:
@@ -1356,6 +1408,10 @@ class FtpFetcher:
             self._finish_connect(data)
         except OSError as exc:
             raise TransientError(f"{self._where()}: data connection failed: {exc}") from exc
+        for command in self._recheck_command(ctrl):
+            changed = self._changed_since(ctrl.command(command))
+            if changed is not None:
+                raise FileChanged(changed)
         if offset > 0:
             reply = ctrl.command(f"REST {offset}")
             if reply.code != 350:
