@@ -304,3 +304,19 @@ def test_a_thief_takes_no_more_than_it_fetches_by_the_common_finish():
     # more than the victim's own share stays with it: the middle flow's part
     kept_s = (move.split - slow.reserved) / slow.rate
     assert kept_s > together + 0.5
+
+
+def test_with_no_other_flow_to_run_dry_the_pair_split_stands():
+    """The end of a coordinated download: every other flow is busy to the end, so
+    nobody but this thief will take the victims' excess. Held to its share, the
+    victim left the others' excess for the thief to come back for (one more
+    switch); the pair's split makes it one steal."""
+    size = 48 * MIB
+    grid = PieceGrid(size, 16 * KIB)
+    last = LaneView(1, reserved=10 * MIB, end=13 * MIB, rate=600_000.0, owner="m0")
+    busy = LaneView(2, reserved=20 * MIB, end=24 * MIB, rate=1_200_000.0, owner="m1")
+    thief, latency = 2_400_000.0, 0.1
+    move = plan_tail_move([last, busy], thief_rate=thief, thief_latency_s=latency, grid=grid,
+                          duplicate_budget_left=0)
+    pair = 600_000 * (3 * MIB + thief * latency) / (600_000 + thief)
+    assert move == Steal(1, grid.align_up(10 * MIB + math.ceil(pair)), 13 * MIB)
