@@ -30,6 +30,10 @@ CHUNK = 1024 * 1024
 # 4 x 20 Mbit/s), all of it hashed after the download. Mapped only while hashed:
 # the pages count in the resident set meanwhile.
 PREFIX_CHUNK = 8 * 1024 * 1024
+# The last stretch, hashed by finish() with nothing else to wait for: read through
+# one buffer of this size, which stays in the CPU's cache. 36 MiB took ~24 ms so,
+# ~32 ms through the mapping in PREFIX_CHUNK spans (this machine, page cache).
+FINISH_CHUNK = 1024 * 1024
 ALT_SUFFIX = ".pftp-alt"
 
 
@@ -128,9 +132,10 @@ class PrefixHasher:
         self._thread.join()
         if self._error is not None:
             raise self._error
+        buf = memoryview(bytearray(min(FINISH_CHUNK, max(0, size - self._pos))))
         while self._pos < size:
-            n = min(PREFIX_CHUNK, size - self._pos)
-            self._hash(self._pos, n)
+            n = min(len(buf), size - self._pos)
+            self._h.update(buf[: self._part.readinto(buf[:n], self._pos)])
             self._pos += n
         return self._h.hexdigest()
 
