@@ -984,3 +984,58 @@ def test_coordinated_transfers_start_while_the_engine_loads(
     fetchers = [p.result()[1] for p in started]
     assert all(f is not None and f.head_history is not None for f in fetchers)
     assert all(f.reconnects == 0 for f in fetchers)
+
+
+def test_ftp_copy_replaced_during_the_download_is_not_mixed_in(tmp_path, ftp_mirrors):
+    """A mirror's sync renames a new copy in while pftp downloads, without a SHA-256:
+    the running transfer keeps the old file; the mirror's next range (its steal)
+    would read the new one. Its RETR carries MDTM, which has moved: that mirror
+    stops, and the other one finishes the file with the original bytes."""
+    import threading
+    import time
+
+    from pftp_client.downloader import default_open_fetcher
+
+    data = os.urandom(2 * 1024 * 1024)
+    new = os.urandom(len(data))
+    (fast,) = ftp_mirrors({"r.bin": data}, 1)
+    # (pyftpdlib lets twice the limit go at once, then paces: the slow mirror is
+    # still on its half when the fast one comes to steal)
+    (slow,) = ftp_mirrors({"r.bin": data}, 1, throttle={0: 256 * 1024})
+    path = fast.root / "r.bin"
+    synced = threading.Event()
+
+    def sync() -> None:
+        staged = fast.root / ".r.bin.tmp"
+        staged.write_bytes(new)
+        later = time.time() + 120
+        os.utime(staged, (later, later))
+        os.replace(staged, path)  # (as rsync does: the open file keeps the old inode)
+        synced.set()
+
+    def opener(url: str, *args, **kwargs):
+        fetcher = default_open_fetcher(url, *args, **kwargs)
+        if url != fast.url("r.bin"):
+            return fetcher
+        fetch = fetcher.fetch
+
+        def fetch_then_sync(offset, end, sink, cancel):
+            def tap(at, chunk, arrival_ns):
+                sink(at, chunk, arrival_ns)
+                if not synced.is_set():
+                    sync()  # once the fast mirror's first transfer is under way
+
+            return fetch(offset, end, tap, cancel)
+
+        fetcher.fetch = fetch_then_sync
+        return fetcher
+
+    target = tmp_path / "r.bin"
+    s = download(mirrors=[fast.url("r.bin"), slow.url("r.bin")], output=target, config=FAST,
+                 open_fetcher=opener)
+    assert synced.is_set() and path.read_bytes() == new
+    _assert_clean(target, data)
+    changed = [e for e in s.events if e.mirror == s.mirrors[0].name and e.kind == "failed"]
+    assert changed and "changed on the server during the download" in changed[0].detail, s.events
+    assert s.mirrors[0].state == "failed" and s.mirrors[1].state == "done"
+    assert sum(m.bytes for m in s.mirrors) == len(data)
