@@ -101,29 +101,44 @@ def choose_victim(lanes: Sequence[LaneView]) -> LaneView | None:
     return max(live, key=key)
 
 
+def _flow_key(v: LaneView) -> object:
+    return v.owner or ("lane", v.lane_id)
+
+
+def _by_flow(lanes: Sequence[LaneView]) -> dict[object, tuple[int, float | None]]:
+    """Flow -> (bytes its lanes have left, its rate): a flow's range begun ahead and
+    its running one are two lanes, one rate."""
+    flows: dict[object, tuple[int, float | None]] = {}
+    for v in lanes:
+        left, _ = flows.get(_flow_key(v), (0, None))
+        flows[_flow_key(v)] = (left + max(0, v.end - v.reserved), v.rate)
+    return flows
+
+
+def finish_together_s(work: int, others_rate: float, rate: float, latency_s: float) -> float:
+    """Seconds until ``work`` bytes are done by flows carrying ``others_rate`` from
+    now and one more carrying ``rate`` after ``latency_s``, all finishing together
+    (one that could not join before the others are done adds nothing)."""
+    together = (work + rate * latency_s) / (others_rate + rate)
+    if together > latency_s or others_rate <= 0:
+        return together
+    return work / others_rate
+
+
 def share_until_s(
     lanes: Sequence[LaneView], thief_rate: float | None, thief_latency_s: float
 ) -> float | None:
     """Seconds from now until the work left in ``lanes`` is done when their flows
     carry it at their rates and a thief joins after its latency, all finishing
-    together. None when a rate is unknown. A thief too slow to join before that
-    adds nothing."""
+    together (finish_together_s). None when a rate is unknown."""
     if thief_rate is None or thief_rate <= 0:
         return None
-    rates: dict[object, float] = {}
-    work = 0
-    for v in lanes:
-        if v.rate is None:
-            if v.end > v.reserved:
-                return None
-            continue
-        rates[v.owner or ("lane", v.lane_id)] = max(0.0, v.rate)
-        work += max(0, v.end - v.reserved)
-    others = sum(rates.values())
-    together = (work + thief_rate * thief_latency_s) / (others + thief_rate)
-    if together > thief_latency_s or others <= 0:
-        return together
-    return work / others
+    flows = _by_flow(lanes)
+    if any(r is None and left > 0 for left, r in flows.values()):
+        return None
+    work = sum(left for left, _ in flows.values())
+    others = sum(max(0.0, r) for _, r in flows.values() if r is not None)
+    return finish_together_s(work, others, thief_rate, thief_latency_s)
 
 
 def others_run_dry(
@@ -132,18 +147,10 @@ def others_run_dry(
     """Whether a flow other than the victim's has its own work done more than a
     switch (the thief's latency) before the common finish ``share_s``: it will come
     for the victims' excess too."""
-    left: dict[object, int] = {}
-    rates: dict[object, float] = {}
-    for v in lanes:
-        key = v.owner or ("lane", v.lane_id)
-        left[key] = left.get(key, 0) + max(0, v.end - v.reserved)
-        if v.rate is not None:
-            rates[key] = v.rate
-    mine = victim.owner or ("lane", victim.lane_id)
+    mine = _flow_key(victim)
     return any(
-        key != mine and rates.get(key, 0.0) > 0
-        and n / rates[key] < share_s - thief_latency_s
-        for key, n in left.items()
+        key != mine and r is not None and r > 0 and left / r < share_s - thief_latency_s
+        for key, (left, r) in _by_flow(lanes).items()
     )
 
 
@@ -267,8 +274,10 @@ def pool_share(
     if rate is None or rate <= 0 or any(r is None or r <= 0 for _, r in others):
         return None
     work = pool_bytes + sum(left for left, _ in others)
-    total_rate = rate + sum(r for _, r in others if r is not None)
-    split = grid.align_up(first[0] + math.ceil(rate * work / total_rate))
+    others_rate = sum(r for _, r in others if r is not None)
+    split = grid.align_up(
+        first[0] + math.ceil(rate * finish_together_s(work, others_rate, rate, 0.0))
+    )
     if split >= first[1] - rate:
         return None
     return split
