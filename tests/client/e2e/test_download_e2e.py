@@ -1036,6 +1036,7 @@ def test_ftp_copy_replaced_during_the_download_is_not_mixed_in(tmp_path, ftp_mir
     assert synced.is_set() and path.read_bytes() == new
     _assert_clean(target, data)
     changed = [e for e in s.events if e.mirror == s.mirrors[0].name and e.kind == "failed"]
-    assert changed and "changed on the server during the download" in changed[0].detail, s.events
+    assert changed and "changed on the server during the download" in changed[0].detail, (
+        s.events, [(m.name, m.bytes, m.state, m.events) for m in s.mirrors])
     assert s.mirrors[0].state == "failed" and s.mirrors[1].state == "done"
     assert sum(m.bytes for m in s.mirrors) == len(data)

@@ -139,8 +139,8 @@ def test_ftp_file_replaced_during_the_download(ftp_server, pipeline: bool) -> No
         with pytest.raises(FileChanged, match="changed on the server during the download"):
             f.fetch(100_000, RangeEnd(101_000), sink, threading.Event())
         assert not sink.data
-        # the connection stayed in step: the fetcher still serves (the new copy) to
-        # whoever asks after adopting that version
+        # the fetcher still serves (the new copy, on a new connection) to whoever
+        # asks after adopting that version
         f.validator = f"MDTM {time.strftime('%Y%m%d%H%M%S', time.gmtime(later))}"
         assert fetch(f, 2000, 3000) == payload(200_000, seed=39)[2000:3000]
 

@@ -1387,8 +1387,11 @@ class FtpFetcher:
             _rst_close(data)
             raise
         if changed is not None:
-            # (nothing was read: stopped like any early end, the connection in step)
-            self._abort(ctrl, data)
+            # (the flow stops for good: the connections are closed, not brought back
+            # in step with ABOR, whose two replies could hold it up to the reply
+            # timeout while the other mirrors finish its range)
+            _rst_close(data)
+            self._drop_control(ctrl)
             raise FileChanged(changed)
         return ctrl, data
 
