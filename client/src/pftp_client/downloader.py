@@ -563,6 +563,8 @@ def download(
                   and all(p.url != u for p in [*late, *pending])]
         # With a SHA-256 to check against, mirrors of another size are tried next
         # when this group's file does not verify (the majority may be the wrong copy).
+        # (and when every mirror of this group fails: a size reported by a server
+        # that then cannot serve it, e.g. a gzip-encoded HEAD, says nothing)
         other_groups = _size_groups(sizes)[1:] if sha256 else []
         ident = FileIdentity(name=_basename(name or urls[0]), size=size, sha256=sha256)
         waited = {p.url for p in pending}
@@ -586,7 +588,7 @@ def download(
     first_try = True
     try:
         background[0].result()  # the imports
-        from pftp_client.engine import EngineConfig
+        from pftp_client.engine import EngineConfig, NoMirrorCouldServe
         from pftp_client.integrity import VerificationFailed
 
         cfg = config or EngineConfig()
@@ -618,7 +620,7 @@ def download(
                     t0=t0,
                     late=late_mirrors if first_try else None,
                 )
-            except VerificationFailed as exc:
+            except (VerificationFailed, NoMirrorCouldServe) as exc:
                 if not other_groups:
                     raise
                 size, agree = other_groups.pop(0)
@@ -736,9 +738,15 @@ def _cached_opener(
                     err or f"{url}: reports {got} bytes, the other mirrors {size}"
                 )
         if f is None:
-            return open_fetcher(url, **kw)
-        if "stall_timeout" in kw and hasattr(f, "stall_timeout"):
+            f = open_fetcher(url, **kw)
+        elif "stall_timeout" in kw and hasattr(f, "stall_timeout"):
             f.stall_timeout = kw["stall_timeout"]  # (probed before the engine's settings)
+        if size and hasattr(f, "expect_size"):
+            try:
+                f.expect_size(size)
+            except BaseException:
+                f.close()
+                raise
         return f
 
     return opener
@@ -954,6 +962,7 @@ def _run_plan(
     summary: DownloadSummary | None = None
     # fsync overlaps the final hash (finalize's own fsync then finds little to flush)
     syncer = threading.Thread(target=part.sync, name="pftp-fsync", daemon=True)
+    result = None
     try:
         finished = False
         try:
@@ -1059,6 +1068,14 @@ def _run_plan(
             notes=notes,
             congestion=congestion_info,
         )
+    except (NoMirrorCouldServe, VerificationFailed, ResumeMismatch):
+        if coordinator is not None:
+            # The coordinator most needs to hear of the mirrors that failed or served
+            # bad bytes, so that it stops assigning them.
+            mirrors = result.mirrors if result is not None else engine.final_stats()
+            _report(coordinator, _failed_summary(plan, target, mirrors, t0, access_bw,
+                                                  coordinator), say)
+        raise
     finally:
         hasher.close()
         if syncer.is_alive():
@@ -1078,6 +1095,33 @@ def _run_plan(
 
 def _fmt_bw(bps: int | None) -> str:
     return "unknown" if bps is None else f"{bps / 1e6:.1f} Mbit/s"
+
+
+def _failed_summary(
+    plan: Plan,
+    target: Path,
+    mirrors: list[MirrorStats],
+    t0: float,
+    access_bw: int | None,
+    coordinator: str,
+) -> DownloadSummary:
+    """What a download that did not produce a verified file reports."""
+    from pftp_client.summary import DownloadSummary
+
+    return DownloadSummary(
+        name=plan.file.name,
+        path=str(target),
+        size=plan.file.size,
+        seconds=time.monotonic() - t0,
+        mode=plan.mode,
+        sha256=None,
+        expected_sha256=plan.file.sha256,
+        sha256_verified=False,
+        mirrors=mirrors,
+        request_id=plan.request_id,
+        coordinator=coordinator,
+        access_bandwidth_bps=access_bw,
+    )
 
 
 def _report(coordinator: str, summary: DownloadSummary, say: Callable[[str], None]) -> None:

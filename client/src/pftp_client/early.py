@@ -189,6 +189,11 @@ class EarlyProbe:
                 # (no connection, or it broke: asking again would double the wait
                 # for a mirror that is down)
                 f.close()
+                from pftp_client.transports.http import certificate_refusal
+
+                refused = certificate_refusal(self.url, why)
+                if refused is not None:  # (the same certificate next time)
+                    return self.url, None, None, reason(refused)
                 return self.url, None, None, f"{self.url}: cannot connect: {why}"
             # asked again below, the usual way (a redirect elsewhere, an odd answer)
             log.debug("%s: no head start before httpx: %s", self.url, why)

@@ -254,6 +254,7 @@ class Flow:
     switch_s: float | None = None
     wound_down_s: float = 0.0
     consecutive_failures: int = 0
+    fruitless_failures: int = 0  # failures that delivered no byte (max_total_failures)
     alive: bool = True
     last_cut: float = -1e9
     replaced: bool = False  # a backup was started for this flow already
@@ -471,6 +472,10 @@ class DownloadEngine:
             duplicate_bytes=self.duplicate_bytes,
             refetched_bytes=self.refetched_bytes,
         )
+
+    def final_stats(self) -> list[MirrorStats]:
+        """Per-mirror figures as of now, also after a failed run (its report)."""
+        return self._final_stats()
 
     def _final_stats(self) -> list[MirrorStats]:
         """Per-mirror figures as of now. Flow threads may still be finishing their
@@ -1544,6 +1549,7 @@ class DownloadEngine:
     def _run_lane(self, flow: Flow, lane: Lane) -> bool:
         """Fetch one lane; False when the flow must stop."""
         t_start = flow.fetch_started = self._clock()
+        begun_at = lane.reserved  # (a failure after progress is not a mirror that cannot serve)
         error: TransferError | None = None
         try:
             if flow.fetcher is None:
@@ -1595,8 +1601,11 @@ class DownloadEngine:
             if lane.kind == "repair":
                 self._finish_repair(lane, ok=error is None)
             self._release(lane)
-            if error is None and lane.reserved > lane.start:
+            progressed = lane.reserved > begun_at
+            if (error is None and lane.reserved > lane.start) or progressed:
                 flow.consecutive_failures = 0
+            if error is not None and not progressed:
+                flow.fruitless_failures += 1
             self._lock.notify_all()
         self._after_commit()
         if error is None:
@@ -1648,7 +1657,7 @@ class DownloadEngine:
             isinstance(error, PermanentError)
             or not error.transient
             or flow.consecutive_failures > self.cfg.max_consecutive_failures
-            or flow.stats.failures >= self.cfg.max_total_failures
+            or flow.fruitless_failures >= self.cfg.max_total_failures
         )
         # Issue 3: the unfinished remainder goes to a backup at the first failure;
         # the mirror itself may come back after its backoff and help at the tail.

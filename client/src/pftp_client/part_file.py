@@ -39,6 +39,9 @@ def _free_bytes(path: Path) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
+MAX_FILE_BYTES = 2**63 - 1  # off_t
+
+
 def part_path(target: Path) -> Path:
     return target.with_name(target.name + PART_SUFFIX)
 
@@ -49,6 +52,8 @@ class PartFile:
         ``path`` with exactly ``size`` bytes reserved on disk."""
         self.path = path
         self.size = size
+        if not 0 <= size <= MAX_FILE_BYTES:  # (os.ftruncate raises OverflowError past off_t)
+            raise OSError(errno.EFBIG, f"{path}: {size} bytes is beyond the largest possible file")
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
         if not reuse:
             flags |= os.O_TRUNC

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pftp_wire import models, plain
 
 SUPPORTED_SCHEMES = ("ftp", "http", "https")
+MAX_FILE_BYTES = 2**63 - 1  # off_t: os.ftruncate raises OverflowError past it
 PlanMode = Literal["coordinated", "dynamic", "single"]
 
 
@@ -127,6 +128,8 @@ def check_tiling(size: int, spans: list[tuple[str, int, int]]) -> None:
 
 def plan_from_assignments(resp: plain.AssignmentResponse | models.AssignmentResponse) -> Plan:
     info = resp.file
+    if info.size > MAX_FILE_BYTES:
+        raise PlanError(f"file size {info.size} is beyond the largest possible file")
     ident = FileIdentity(
         name=info.name,
         size=info.size,

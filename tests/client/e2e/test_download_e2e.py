@@ -466,6 +466,11 @@ def test_dead_active_mirror_is_replaced_by_backup(
         (lambda a: a["file"].update(sha256="XYZ"), "file.sha256"),
         (lambda a: a["assignments"][0].update(url="gopher://x/y"), "unsupported mirror URL"),
         (lambda a: a.update(assignments=[]), "no mirror"),
+        # past off_t: os.ftruncate would raise OverflowError (a traceback, no exit code)
+        (
+            lambda a: (a["file"].update(size=2**70), a["assignments"][1].update(length=2**70)),
+            "beyond the largest possible file",
+        ),
     ],
 )
 def test_malformed_coordinator_answers_are_clear_errors(

@@ -167,8 +167,12 @@ def test_https(start_nginx) -> None:
     with fetcher(server.url("f.bin"), verify=ctx) as f:
         assert f.size() == len(data)
         assert fetch(f, 999_000, 1_000_003) == data[999_000:]
-    with fetcher(server.url("f.bin")) as f, pytest.raises(TransferError):
-        fetch(f, 0, 10)  # untrusted certificate
+    # An untrusted certificate is not asked again (it is the same next time), and
+    # the message says how to trust a private CA.
+    with fetcher(server.url("f.bin")) as f, pytest.raises(PermanentError, match="SSL_CERT_FILE"):
+        fetch(f, 0, 10)
+    with fetcher(server.url("f.bin")) as f, pytest.raises(PermanentError, match="not trusted"):
+        f.size()
 
 
 def test_ipv6_loopback(start_nginx, ipv6_loopback) -> None:

@@ -336,6 +336,10 @@ class HttpFetcher:
         # (OSError, TimeoutError, http.client's: a head start's own socket, HeadGet)
         if isinstance(exc, (httpx.ReadTimeout, TimeoutError)):
             return StallError(f"{self.url}: no data for {self.stall_timeout:g}s at byte {pos}")
+        cert = _cert_failure(exc)
+        if cert is not None:
+            # Asking again cannot help: the certificate is the same next time.
+            return _untrusted(self.url, cert)
         if isinstance(
             exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.WriteError)
         ):
@@ -371,9 +375,15 @@ class HttpFetcher:
                     self._total = parse_content_range(resp.headers.get("Content-Range", ""))[2]
                     return self._total
         except httpx.HTTPError as exc:
+            cert = _cert_failure(exc)
+            if cert is not None:
+                raise _untrusted(self.url, cert) from exc
             raise TransientError(f"{self.url}: size query failed: {exc}") from exc
         if resp.status_code != 200:
             raise status_error(self.url, resp.status_code, resp.reason_phrase)
+        encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):  # (its length is the encoded body's: _check_response)
+            raise PermanentError(f"{self.url}: server sends the file {encoding}-encoded")
         self._remember_validator(resp)
         length = resp.headers.get("Content-Length")
         if length is not None and length.isdigit():
@@ -434,11 +444,24 @@ class HttpFetcher:
         self._remember_validator(resp)
         self._answered = True
 
+    def expect_size(self, size: int) -> None:
+        """The file's size as the plan has it (the coordinator's, or the mirrors'
+        majority): an answer for a file of another size (an HTML error page sent
+        with 200, another version of the file) is refused before its first byte."""
+        if self._total is not None and self._total != size:
+            raise PermanentError(
+                f"{self.url}: the server's file has {self._total} bytes, expected {size}"
+            )
+        self._total = size
+
     def _check_total(self, total: int | None) -> None:
         if total is None:
             return
         if self._total is not None and total != self._total:
-            raise PermanentError(f"{self.url}: file size changed from {self._total} to {total}")
+            raise PermanentError(
+                f"{self.url}: the server's file has {total} bytes, expected {self._total} "
+                "(another version, or an error page)"
+            )
         self._total = total
 
     def _remember_validator(self, resp: httpx.Response) -> None:
@@ -486,3 +509,28 @@ class _NextRange(AheadReader):
         except BaseException as exc:  # (handed to the fetch, which raises it)
             self.checked.set()
             self.chunks.put(exc)
+
+
+def _cert_failure(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate check that failed behind ``exc`` (httpx wraps it), if any."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, ssl.SSLCertVerificationError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def certificate_refusal(url: str, exc: BaseException) -> PermanentError | None:
+    """A failed certificate check behind ``exc`` as the error to report, or None."""
+    cert = _cert_failure(exc)
+    return None if cert is None else _untrusted(url, cert)
+
+
+def _untrusted(url: str, cert: ssl.SSLCertVerificationError) -> PermanentError:
+    return PermanentError(
+        f"{url}: the server's certificate is not trusted ({cert.verify_message or cert}); "
+        "a private CA can be given with SSL_CERT_FILE or SSL_CERT_DIR"
+    )

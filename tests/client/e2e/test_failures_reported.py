@@ -1,0 +1,240 @@
+"""What an audit of the client from the outside found (session 17): a mirror that
+keeps dropping the connection while making progress, answers for a file of another
+size, and failed coordinated downloads that told the coordinator nothing."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pftp_client import EngineConfig, NoMirrorCouldServe, VerificationFailed, download
+from pftp_client.part_file import PartFile, part_path
+from pftp_wire import DownloadReport
+
+FAST = EngineConfig(
+    timeout=10.0, stall_timeout=5.0, backoff_s=(0.05, 0.1, 0.2), monitor_interval_s=0.5
+)
+
+
+def _plan(data: bytes, urls: list[str], *, sha256: str | None = None) -> dict:
+    n, size = len(urls), len(data)
+    cuts = [size * i // n for i in range(n + 1)]
+    return {
+        "request_id": "req-9",
+        "file": {"name": "f.bin", "size": size,
+                 "sha256": sha256 or hashlib.sha256(data).hexdigest()},
+        "assignments": [
+            {"mirror": f"m{i}", "url": u, "offset": cuts[i], "length": cuts[i + 1] - cuts[i],
+             "suitability": 0.5, "expected_bps": 8e7}
+            for i, u in enumerate(urls)
+        ],
+        "backups": [],
+        "mode": "ranked",
+    }
+
+
+class _DropsEvery(http.server.BaseHTTPRequestHandler):
+    """Serves Range requests but cuts every response after ``limit`` body bytes
+    (a flaky path or proxy)."""
+
+    protocol_version = "HTTP/1.1"
+    limit = 256 * 1024
+    data = b""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_HEAD(self) -> None:
+        self._serve(body=False)
+
+    def do_GET(self) -> None:
+        self._serve(body=True)
+
+    def _serve(self, body: bool) -> None:
+        size, start = len(self.data), 0
+        m = re.fullmatch(r"bytes=(\d+)-\d*", self.headers.get("Range", ""))
+        if m:
+            start = int(m.group(1))
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(size - start))
+        self.end_headers()
+        if body:
+            self.wfile.write(self.data[start : start + self.limit])
+            self.close_connection = True
+
+
+def test_a_lone_mirror_that_keeps_dropping_but_makes_progress_finishes(
+    tmp_path: Path, http_servers: Any
+) -> None:
+    # Eight cuts: more than the engine allows failures that fetch nothing. Each cut
+    # came after progress, so it is a flaky path (wget and curl --retry go on),
+    # not a mirror that cannot serve.
+    data = os.urandom(8 * _DropsEvery.limit + 12345)
+    base = http_servers(type("Drops", (_DropsEvery,), {"data": data}))
+    target = tmp_path / "f.bin"
+    s = download(mirrors=[f"{base}/f.bin"], output=target, config=FAST,
+                 sha256=hashlib.sha256(data).hexdigest())
+    assert target.read_bytes() == data and s.sha256_verified
+    assert s.mirrors[0].failures >= 8
+
+
+class _ErrorPage(http.server.BaseHTTPRequestHandler):
+    """Answers every request with a small HTML page and 200, whatever was asked."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_HEAD(self) -> None:
+        self._serve(body=False)
+
+    def do_GET(self) -> None:
+        self._serve(body=True)
+
+    def _serve(self, body: bool) -> None:
+        page = b"<html><body>mirror under maintenance</body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        if body:
+            self.wfile.write(page)
+
+
+def test_an_error_page_of_another_size_is_refused_before_a_byte_is_written(
+    tmp_path: Path, http_servers: Any, http_mirror: Any, canned_coordinator: Any
+) -> None:
+    data = os.urandom(1_500_000)
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "f.bin").write_bytes(data)
+    bad = http_servers(_ErrorPage)
+    good = http_mirror(root)
+    coord = canned_coordinator(200, _plan(data, [f"{bad}/f.bin", f"{good}f.bin"]))
+    target = tmp_path / "f.bin"
+    s = download("f.bin", coordinator=coord.url, output=target, config=FAST,
+                 access_bandwidth_bps=None)
+    assert target.read_bytes() == data
+    stats = {m.name: m for m in s.mirrors}
+    # Refused on the size the plan gave: no byte of the page was written, so no
+    # whole-file repair was needed either.
+    assert stats["m0"].bytes == 0 and "failed" in stats["m0"].events
+    assert s.refetched_bytes == 0
+    assert any("expected 1500000" in e.detail for e in s.events if e.mirror == "m0")
+
+
+def test_a_download_that_fails_verification_is_reported(
+    tmp_path: Path, ftp_mirrors: Any, canned_coordinator: Any
+) -> None:
+    data = os.urandom(600_000)
+    m = ftp_mirrors({"f.bin": data}, 2)
+    coord = canned_coordinator(200, _plan(data, [x.url("f.bin") for x in m], sha256="0" * 64))
+    with pytest.raises(VerificationFailed):
+        download("f.bin", coordinator=coord.url, output=tmp_path / "f.bin", config=FAST,
+                 access_bandwidth_bps=None)
+    assert not (tmp_path / "f.bin").exists()
+    assert len(coord.reports) == 1
+    report = DownloadReport.model_validate(coord.reports[0])
+    assert not report.sha256_ok and report.request_id == "req-9"
+    assert sum(r.bytes for r in report.mirrors) == len(data)
+
+
+def test_a_download_no_mirror_could_serve_is_reported(
+    tmp_path: Path, ftp_mirrors: Any, canned_coordinator: Any, closed_port_url: str
+) -> None:
+    data = os.urandom(300_000)
+    coord = canned_coordinator(200, _plan(data, [closed_port_url.replace("http", "ftp") + "/f"]))
+    with pytest.raises(NoMirrorCouldServe):
+        download("f.bin", coordinator=coord.url, output=tmp_path / "f.bin", config=FAST,
+                 access_bandwidth_bps=None)
+    assert len(coord.reports) == 1
+    report = DownloadReport.model_validate(coord.reports[0])
+    assert not report.sha256_ok
+    assert [(r.mirror, r.bytes) for r in report.mirrors] == [("m0", 0)]
+    assert report.mirrors[0].failures >= 1
+
+
+def test_a_part_file_beyond_off_t_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(OSError) as info:
+        PartFile(part_path(tmp_path / "f"), 2**70, reuse=False)
+    assert info.value.errno == errno.EFBIG
+    assert "beyond the largest possible file" in str(info.value)
+
+
+class _BigHeadNoBody(http.server.BaseHTTPRequestHandler):
+    """HEAD claims a file twice the real size; every GET fails with 503."""
+
+    protocol_version = "HTTP/1.1"
+    size = 0
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(2 * self.size))
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        self.send_response(503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_when_the_size_that_won_cannot_be_served_the_other_size_is_tried(
+    tmp_path: Path, http_servers: Any, http_mirror: Any
+) -> None:
+    # One mirror against one: the larger size wins the tie. Its mirror then serves
+    # nothing; with a SHA-256 to check, the other size's mirror is asked.
+    data = os.urandom(400_000)
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "f.bin").write_bytes(data)
+    liar = http_servers(type("Big", (_BigHeadNoBody,), {"size": len(data)}))
+    good = http_mirror(root)
+    target = tmp_path / "f.bin"
+    s = download(mirrors=[f"{liar}/f.bin", f"{good}f.bin"], output=target, config=FAST,
+                 sha256=hashlib.sha256(data).hexdigest())
+    assert target.read_bytes() == data and s.sha256_verified
+
+
+def test_an_untrusted_https_mirror_is_refused_at_once_with_a_hint(
+    tmp_path: Path, start_nginx: Any
+) -> None:
+    """The real entry point (its head start asks before httpx loads): a self-signed
+    certificate is not asked again a second later, and the message says how to
+    trust a private CA; with SSL_CERT_FILE the same mirror serves."""
+    server = start_nginx(tls=True)
+    data = os.urandom(300_000)
+    server.put("f.bin", data)
+    out = tmp_path / "out.bin"
+    argv = ["get", "--mirror", server.url("f.bin"), "--sha256", hashlib.sha256(data).hexdigest(),
+            "-o", str(out), "--quiet", "--json", "--no-discovery"]
+    env = dict(os.environ, PFTP_CLIENT_CONFIG=str(tmp_path / "none.toml"))
+    env.pop("PFTP_COORDINATOR", None)
+    env.pop("SSL_CERT_FILE", None)
+    pftp = Path(sys.executable).with_name("pftp")
+    proc = subprocess.run([str(pftp), *argv], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert proc.returncode == 4, proc.stderr[-2000:]
+    assert "not trusted" in proc.stderr and "SSL_CERT_FILE" in proc.stderr
+    assert "asking again" not in proc.stderr
+    assert not out.exists()
+    env["SSL_CERT_FILE"] = str(server.ca_file)
+    proc = subprocess.run([str(pftp), *argv], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["sha256_verified"] is True and out.read_bytes() == data
