@@ -114,6 +114,17 @@ def test_unavailable_after_three_attempts_says_why(scripted, closed_port_url) ->
         request_plan(["ftp://127.0.0.1/"], AssignmentRequest(file="f"), sleep=lambda s: None)
 
 
+def test_each_failed_attempt_is_told_before_the_next(scripted, closed_port_url) -> None:
+    """A coordinator that hangs costs a timeout per attempt: the user hears of each."""
+    heard: list[str] = []
+    with pytest.raises(CoordinatorUnavailable):
+        request_plan([closed_port_url], AssignmentRequest(file="f"), sleep=lambda s: None,
+                     on_retry=heard.append, earlier=["early: TimeoutError: timed out"])
+    assert len(heard) == 2
+    assert heard[0].startswith("coordinator: early: TimeoutError") and "attempt 2 of 3" in heard[0]
+    assert "ConnectionRefusedError" in heard[1] and "attempt 3 of 3" in heard[1]
+
+
 def test_an_attempt_made_elsewhere_counts_as_the_first(scripted) -> None:
     """``earlier`` (the entry point's failed attempt, early.EarlyPlan): two more
     attempts, the first after the first back-off, and its error is in the message."""

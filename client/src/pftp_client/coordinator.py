@@ -120,11 +120,14 @@ def _post_with_retries(
     attempts: int,
     sleep: Callable[[float], None],
     earlier: Sequence[str] = (),
+    on_retry: Callable[[str], None] | None = None,
 ) -> tuple[str, int, bytes]:
     """POST ``payload`` to the first coordinator that answers, ``attempts`` tries
     each; returns (its URL, status, body). 5xx and transport errors are retried.
     ``earlier``: how the first coordinator's attempts made elsewhere failed (the
-    entry point's, early.EarlyPlan): they count, and are waited after."""
+    entry point's, early.EarlyPlan): they count, and are waited after.
+    ``on_retry`` hears of each failed attempt before the next one (a coordinator
+    that hangs costs a timeout per attempt: the user should not wait in silence)."""
     import http.client
 
     from pftp_wire.constants import API_PREFIX
@@ -134,8 +137,11 @@ def _post_with_retries(
     errors: list[str] = list(earlier)
     for i, base in enumerate(urls):
         done = len(earlier) if i == 0 else 0
-        for attempt in range(done, max(attempts, done + 1)):  # (one more at least)
+        last = max(attempts, done + 1)  # (one more at least)
+        for attempt in range(done, last):
             if attempt:
+                if on_retry is not None and errors:
+                    on_retry(f"coordinator: {errors[-1]}; attempt {attempt + 1} of {last}")
                 sleep(BACKOFF_S[min(attempt, len(BACKOFF_S)) - 1])
             try:
                 status, content = _post(base.rstrip("/") + API_PREFIX + path, raw, timeout)
@@ -159,6 +165,7 @@ def request_plan(
     attempts: int = ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
     earlier: Sequence[str] = (),
+    on_retry: Callable[[str], None] | None = None,
 ) -> tuple[str, Plan]:
     """POST /api/v1/assignments to the first coordinator that answers; returns
     (the coordinator's URL, the validated plan). A request that breaks its
@@ -175,6 +182,7 @@ def request_plan(
         attempts=attempts,
         sleep=sleep,
         earlier=earlier,
+        on_retry=on_retry,
     )
     return plan_from_answer(base, status, content, request)
 

@@ -481,7 +481,8 @@ def download(
                 used_coordinator, plan = early_plan.plan(request)
             else:
                 used_coordinator, plan = request_plan(
-                    coordinators, request, timeout=min(timeout, 10.0), earlier=earlier
+                    coordinators, request, timeout=min(timeout, 10.0), earlier=earlier,
+                    on_retry=say,
                 )
         except CoordinatorUnavailable as exc:
             if not urls:
