@@ -124,3 +124,12 @@ def test_control_file_write_failure_names_the_file_and_keeps_the_old_one(
     monkeypatch.undo()
     assert load(ctl).done == RangeSet([(0, 4)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.bin.pftp-ctl"]
+
+
+def test_a_local_error_mid_download_has_an_exit_code() -> None:
+    """The engine aborts on a local error (disk full mid-download): exit 5 with its
+    message, not a traceback and exit 1."""
+    from pftp_client.cli import EXIT_OTHER, _exit_code
+    from pftp_client.engine import EngineAborted
+
+    assert _exit_code(EngineAborted("writing f.pftp-part: No space left on device")) == EXIT_OTHER

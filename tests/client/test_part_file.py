@@ -93,6 +93,20 @@ def test_tight_space_reserves_the_blocks(small_fs: Path) -> None:
 
 
 @pytest.mark.lab
+def test_a_side_file_stays_sparse_where_space_is_tight(small_fs: Path) -> None:
+    """The repair's side file holds only the ranges that differed: it must not need
+    a second file's worth of space (a tight disk could never be repaired)."""
+    part = PartFile(small_fs / "f.part", 40 << 20, reuse=False)
+    try:
+        alt = PartFile(small_fs / "f.alt", 40 << 20, reuse=False, reserve=False)
+        alt.pwrite(b"x" * 4096, 30 << 20)
+        assert os.fstat(alt.fd).st_blocks * 512 < 1 << 20
+        alt.close()
+    finally:
+        part.close()
+
+
+@pytest.mark.lab
 def test_not_enough_space_fails_at_the_start_with_a_clear_error(small_fs: Path) -> None:
     with pytest.raises(OSError, match="not enough space") as err:
         PartFile(small_fs / "f.part", 100 << 20, reuse=False)

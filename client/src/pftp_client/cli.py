@@ -58,7 +58,9 @@ class CliExit(Exception):
 
 
 def _fail(code: int, message: str) -> CliExit:
-    print(f"pftp: error: {message}", file=sys.stderr)
+    from pftp_client.transports.base import redacted
+
+    print(f"pftp: error: {redacted(message)}", file=sys.stderr)
     return CliExit(code)
 
 
@@ -235,7 +237,11 @@ def _json_failure(json_out: bool, code: int, message: str) -> None:
     if json_out:
         import json
 
-        sys.stdout.write(json.dumps({"error": message, "exit_code": code}, indent=2) + "\n")
+        from pftp_client.transports.base import redacted
+
+        sys.stdout.write(
+            json.dumps({"error": redacted(message), "exit_code": code}, indent=2) + "\n"
+        )
         sys.stdout.flush()
 
 
@@ -255,6 +261,8 @@ def _exit_code(exc: Exception) -> int | None:
     if _is(exc, "engine", "NoMirrorCouldServe"):
         return EXIT_NO_MIRROR
     if _is(exc, "coordinator", "CoordinatorError") or _is(exc, "control_file", "ResumeMismatch"):
+        return EXIT_OTHER
+    if _is(exc, "engine", "EngineAborted"):  # a local error mid-download (disk full)
         return EXIT_OTHER
     if isinstance(exc, OSError):
         return EXIT_OTHER

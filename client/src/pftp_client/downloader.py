@@ -31,6 +31,7 @@ from pftp_client.transports.base import (
     Refusal,
     TransferError,
     reason,
+    redacted,
     shown,
 )
 from pftp_client.transports.base import open_fetcher as default_open_fetcher
@@ -260,7 +261,7 @@ def _probe_results(
             else:
                 late.append(p)
             assert first_at is not None
-            say(f"mirror {p.url} has not answered after {time.monotonic() - t0:.1f} s "
+            say(f"mirror {shown(p.url)} has not answered after {time.monotonic() - t0:.1f} s "
                 f"(another answered in {first_at - t0:.2f} s): going on without it"
                 + (" until it does" if late is not None else ""))
     results = [done[i] for i in sorted(done)]
@@ -273,13 +274,13 @@ def _probe_results(
     fetchers: dict[str, RangeFetcher] = {}
     for url, f, size, err in results:
         if f is None:
-            say(f"mirror {url} is not usable: {err}")
+            say(f"mirror {shown(url)} is not usable: {err}")
             if errors is not None:
                 errors[url] = err
             continue
         fetchers[url] = f
         if size is None:
-            say(f"mirror {url} did not report the file size")
+            say(f"mirror {shown(url)} did not report the file size")
             if errors is not None:
                 errors[url] = "did not report the file size"
         else:
@@ -311,7 +312,7 @@ def _majority_size(sizes: dict[str, int], say: Callable[[str], None]) -> tuple[i
     size, agree = _size_groups(sizes)[0]
     for u, s in sizes.items():
         if s != size:
-            say(f"mirror {u} reports {s} bytes, {len(agree)} other(s) {size}: not used")
+            say(f"mirror {shown(u)} reports {s} bytes, {len(agree)} other(s) {size}: not used")
     return size, agree
 
 
@@ -371,6 +372,7 @@ def download(
     notes: list[str] = []
 
     def say(text: str) -> None:
+        text = redacted(text)  # (messages are printed, kept in --json, pasted)
         notes.append(text)
         log.info(text)
         if progress is not None:
@@ -555,7 +557,8 @@ def download(
             raise NoMirrorCouldServe(
                 "no mirror could be reached or reported the file size: "
                 + "; ".join(
-                    why if (why := why_not.get(u, "no answer")).startswith(u) else f"{u}: {why}"
+                    why if (why := why_not.get(u, "no answer")).startswith(u)
+                    else f"{shown(u)}: {why}"
                     for u in [*urls, *spare]
                 )
             )
@@ -563,10 +566,12 @@ def download(
         failed = [u for u in urls if u not in probed and not isinstance(why_not.get(u), Refusal)
                   and all(p.url != u for p in [*late, *pending])]
         # With a SHA-256 to check against, mirrors of another size are tried next
-        # when this group's file does not verify (the majority may be the wrong copy).
-        # (and when every mirror of this group fails: a size reported by a server
-        # that then cannot serve it, e.g. a gzip-encoded HEAD, says nothing)
-        other_groups = _size_groups(sizes)[1:] if sha256 else []
+        # when this group's file does not verify (the majority may be the wrong copy),
+        # and when every mirror of this group fails (a size reported by a server that
+        # then cannot serve it says nothing). Without one, only a group as large as
+        # this one, when this one fails: the tie was broken for the larger size, a
+        # guess (a majority that fails is not overruled by a copy nobody agrees with).
+        other_groups = [g for g in _size_groups(sizes)[1:] if sha256 or len(g[1]) >= len(agree)]
         ident = FileIdentity(name=_basename(name or urls[0]), size=size, sha256=sha256)
         waited = {p.url for p in pending}
         # (in the order given: the entry point began each transfer at its slot's block)
@@ -622,10 +627,12 @@ def download(
                     late=late_mirrors if first_try else None,
                 )
             except (VerificationFailed, NoMirrorCouldServe) as exc:
-                if not other_groups:
+                if not other_groups or (isinstance(exc, VerificationFailed) and not sha256):
                     raise
                 size, agree = other_groups.pop(0)
-                say(f"{exc}; trying the mirror(s) that report {size} bytes: {', '.join(agree)}")
+                say(f"{exc}; trying the mirror(s) that report {size} bytes: "
+                    + ", ".join(map(shown, agree))
+                    + ("" if sha256 else " (no SHA-256 given: which size is right is not known)"))
                 ident = dataclasses.replace(plan.file, size=size)
                 active = [u for u in agree if u not in spare] or agree[:1]
                 plan = dynamic_plan(ident, active, [u for u in agree if u not in active])
@@ -818,7 +825,19 @@ def _close_cache(cache: dict[str, list[RangeFetcher]]) -> None:
             fs.pop().close()
 
 
-def _run_plan(
+def _run_plan(plan: Plan, target: Path, **kw: Any) -> DownloadSummary:
+    """_run_locked while holding the target's lock (part_file.lock_target)."""
+    from pftp_client.part_file import lock_target, unlock_target
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = lock_target(target)
+    try:
+        return _run_locked(plan, target, **kw)
+    finally:
+        unlock_target(target, fd)
+
+
+def _run_locked(
     plan: Plan,
     target: Path,
     *,
@@ -901,7 +920,13 @@ def _run_plan(
         ident.name, ident.size, ident.sha256, piece_size, urls, done, owners.runs(),
         book.snapshot(),
     )
-    control_file.save(ctl, state)
+    try:
+        control_file.save(ctl, state)
+    except OSError:
+        part.close()
+        if not resumed:  # nothing of value in it: do not leave it filling the disk
+            part_p.unlink(missing_ok=True)
+        raise
     ckpt_lock = threading.Lock()
 
     def checkpoint(committed: RangeSet, runs: list[tuple[int, int, str]]) -> None:
@@ -1014,9 +1039,13 @@ def _run_plan(
                     f"{ident.sha256}: the coordinator's hashes disagree; {part_p} kept, not renamed"
                 )
             say("SHA-256 mismatch: re-fetching ranges from other mirrors to find the bad one")
-            usable = {s.name: s.url for s in result.mirrors if "corrupt" not in s.events}
-            for b in plan.backups:
-                usable.setdefault(b.name, b.url)
+            # (every mirror of the plan: a resumed run with nothing left to fetch
+            # started no flow, so result.mirrors may be empty)
+            corrupt = {s.name for s in result.mirrors if "corrupt" in s.events}
+            usable = {s.name: s.url for s in result.mirrors if s.name not in corrupt}
+            for m in [*plan.active, *plan.backups]:
+                if m.name not in corrupt:
+                    usable.setdefault(m.name, m.url)
             found = find_culprits_and_repair(
                 part,
                 result.owners,

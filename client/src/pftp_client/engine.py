@@ -1460,7 +1460,7 @@ class DownloadEngine:
         shared = self.access_saturated()
         views = [
             LaneView(
-                ln.id, ln.reserved, ln.owned_end, ln.flow.rate_estimate(now),
+                ln.id, ln.reserved, ln.owned_end, self._lane_rate(ln, now),
                 ln.shadow is not None, floor=self._cut_floor(ln, shared),
                 owner=ln.flow.id,
             )
@@ -1481,6 +1481,20 @@ class DownloadEngine:
             grid=self.split_grid,
             duplicate_budget_left=self.duplicate_budget_left,
         )
+
+    def _lane_rate(self, lane: Lane, now: float) -> float | None:
+        """The lane's flow's rate for tail planning; 0 when the lane has had no
+        first byte for longer than the stall timeout (a mirror that accepts the
+        connection and then says nothing: its login or request is still waiting
+        for a reply timeout). Rate 0 lets an idle flow steal or race its last
+        piece instead of waiting for that flow to fail (twice the reply timeout)."""
+        started = lane.requested_at or lane.flow.fetch_started
+        if (
+            lane is lane.flow.lane and lane.first_byte is None and started is not None
+            and now - started > min(self.cfg.stall_timeout, self.cfg.timeout)
+        ):
+            return 0.0
+        return lane.flow.rate_estimate(now)
 
     def _keep_spare(self, flow: Flow, now: float) -> None:
         """Lock held: ask the flow's transport for a spare connection when its

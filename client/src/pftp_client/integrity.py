@@ -165,6 +165,27 @@ class CulpritSearch:
 OpenFetcher = Callable[[str], RangeFetcher]
 
 
+def _differing_span(a: bytes, b: memoryview) -> tuple[int, int]:
+    """[i, j): from the first to past the last byte where ``a`` and ``b`` (same
+    length, not equal) differ; bisection over slice comparisons (C speed)."""
+    lo, hi = 0, len(a)  # a[:lo] == b[:lo]; a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    first = lo
+    lo, hi = 0, len(a)  # same suffix of length lo; not of length hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[len(a) - mid:] == b[len(b) - mid:]:
+            lo = mid
+        else:
+            hi = mid
+    return first, len(a) - lo
+
+
 def _compare_run(
     part: PartFile,
     alt: PartFile,
@@ -180,11 +201,13 @@ def _compare_run(
     def sink(offset: int, data: memoryview, _arrival_ns: int) -> None:
         mine = part.pread(len(data), offset)
         if mine != data:
-            alt.pwrite(data, offset)
-            if mismatches and mismatches[-1][1] == offset:
-                mismatches[-1] = (mismatches[-1][0], offset + len(data))
+            # only the span that differs: exact counts, and _serves_now looks there
+            i, j = _differing_span(mine, data)
+            alt.pwrite(data[i:j], offset + i)
+            if mismatches and mismatches[-1][1] == offset + i:
+                mismatches[-1] = (mismatches[-1][0], offset + j)
             else:
-                mismatches.append((offset, offset + len(data)))
+                mismatches.append((offset + i, offset + j))
         state["pos"] = offset + len(data)
 
     fetcher.fetch(start, RangeEnd(end), sink, threading.Event())
@@ -228,6 +251,28 @@ def kept_bytes_match(
     return True
 
 
+CONFIRM_BYTES = 64 * 1024
+
+
+def _serves_now(
+    part: PartFile, open_fetcher: OpenFetcher, url: str, ranges: Sequence[tuple[int, int]]
+) -> bool:
+    """Whether ``url`` now serves the part file's (repaired) bytes over the first
+    of ``ranges`` (up to CONFIRM_BYTES). False when it cannot tell."""
+    s, e = ranges[0]
+    e = min(e, s + CONFIRM_BYTES)
+    try:
+        fetcher = open_fetcher(url)
+    except (TransferError, OSError, ValueError):
+        return False
+    try:
+        return kept_bytes_match(part, fetcher, [(s, e)])
+    except (TransferError, OSError):
+        return False
+    finally:
+        fetcher.close()
+
+
 def _swap(part: PartFile, alt: PartFile, ranges: Sequence[tuple[int, int]]) -> None:
     for s, e in ranges:
         pos = s
@@ -258,7 +303,8 @@ def find_culprits_and_repair(
     Memory is one chunk; disk is a sparse side file of the differing bytes.
     """
     alt_path = Path(str(part.path) + ALT_SUFFIX)
-    alt = PartFile(alt_path, part.size, reuse=False)
+    # sparse: it only ever holds the ranges that differed (not a second copy)
+    alt = PartFile(alt_path, part.size, reuse=False, reserve=False)
     result = CulpritSearch(ok=False, sha256="")
     try:
         mirrors = [m for m in urls]
@@ -304,11 +350,21 @@ def find_culprits_and_repair(
             if digest == expected_sha256:
                 result.ok = True
                 result.sha256 = digest
-                result.blamed = {m: sum(e - s for s, e in per_mirror[m]) for m in hyp}
                 result.repaired_bytes = sum(e - s for s, e in ranges)
+                # Blame only a mirror that still serves the wrong bytes: kept bytes
+                # damaged on this side (a power loss after a resume, another
+                # writer) would otherwise be pinned on an innocent mirror.
+                local = [m for m in hyp
+                         if m in urls and _serves_now(part, open_fetcher, urls[m], per_mirror[m])]
+                result.blamed = {
+                    m: sum(e - s for s, e in per_mirror[m]) for m in hyp if m not in local
+                }
+                if local:
+                    log(f"integrity: {', '.join(local)} now serve(s) the right bytes: the "
+                        "copy kept here was damaged, not served wrong; repaired, nobody blamed")
                 log(
                     f"integrity: repaired {result.repaired_bytes} bytes "
-                    f"served wrong by {', '.join(hyp)}"
+                    f"served wrong by {', '.join(result.blamed) or 'nobody'}"
                 )
                 return result
             _swap(part, alt, ranges)  # undo

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 PART_SUFFIX = ".pftp-part"
+LOCK_SUFFIX = ".pftp-lock"
 # Dirty bytes after which the background flusher asks the kernel to write them out:
 # at most this much, and an eighth of the file (at least FLUSH_MIN), so the final
 # fsync of a mid-sized file finds little left as well (48 MiB: 30-40 ms at the end
@@ -46,10 +47,44 @@ def part_path(target: Path) -> Path:
     return target.with_name(target.name + PART_SUFFIX)
 
 
+def lock_target(target: Path) -> int:
+    """Take ``<target>.pftp-lock`` (flock, not waiting): one pftp per target at a
+    time, or a second one would truncate or resume onto the part file the first
+    is writing and rename a file neither verified. Returns the fd for
+    ``unlock_target``. The holder removes the file before it lets go; whoever
+    locked a file that was removed meanwhile tries again."""
+    import fcntl
+
+    path = target.with_name(target.name + LOCK_SUFFIX)
+    for _ in range(10):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OSError(
+                errno.EBUSY, f"another pftp is downloading to {target} (it holds {path})"
+            ) from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # removed by the holder that just finished: try again
+    raise OSError(errno.EBUSY, f"cannot lock {path}")
+
+
+def unlock_target(target: Path, fd: int) -> None:
+    target.with_name(target.name + LOCK_SUFFIX).unlink(missing_ok=True)
+    os.close(fd)
+
+
 class PartFile:
-    def __init__(self, path: Path, size: int, *, reuse: bool) -> None:
+    def __init__(self, path: Path, size: int, *, reuse: bool, reserve: bool = True) -> None:
         """Open (``reuse``: keep existing bytes, e.g. when resuming) or create
-        ``path`` with exactly ``size`` bytes reserved on disk."""
+        ``path`` with exactly ``size`` bytes reserved on disk (``reserve=False``:
+        a sparse file, for side files that hold only a few ranges)."""
         self.path = path
         self.size = size
         if not 0 <= size <= MAX_FILE_BYTES:  # (os.ftruncate raises OverflowError past off_t)
@@ -67,7 +102,8 @@ class PartFile:
         try:
             if os.fstat(self.fd).st_size != size:
                 os.ftruncate(self.fd, size)
-            self._preallocate()
+            if reserve:
+                self._preallocate()
         except BaseException:
             os.close(self.fd)
             if not reuse:  # nothing of value in it: do not leave an empty part file

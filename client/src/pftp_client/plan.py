@@ -104,6 +104,13 @@ def check_url(url: str) -> str:
         )
     if port == 0:
         raise PlanError(f"malformed mirror URL {url!r}: port 0")
+    if parts.scheme == "ftp":
+        from pftp_client.transports.ftp import ftp_target
+
+        try:
+            ftp_target(url)  # (no file named, a control character: bad input)
+        except ValueError as exc:
+            raise PlanError(str(exc)) from exc
     return url
 
 
@@ -178,7 +185,8 @@ def plan_from_assignments(resp: plain.AssignmentResponse | models.AssignmentResp
 def mirror_name(url: str, taken: set[str]) -> str:
     """A short, unique, human-readable name for a user-given mirror URL."""
     parts = urlsplit(url)
-    base = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    host = f"[{parts.hostname}]" if parts.hostname and ":" in parts.hostname else parts.hostname
+    base = f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "")
     name, n = base, 2
     while name in taken:
         name = f"{base}#{n}"

@@ -101,9 +101,12 @@ class DownloadSummary:
 
     def to_json_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        from pftp_client.transports.base import redacted, shown
+
         for m, raw in zip(self.mirrors, out["mirrors"], strict=True):
             raw["rate_bps"] = round(m.rate_bps, 1)
             raw["seconds"] = round(m.seconds, 3)
+            raw["url"] = shown(m.url)  # (a summary is printed, kept, pasted: no passwords)
         out["seconds"] = round(self.seconds, 3)
         out["fetched_bytes"] = self.fetched_bytes
         out["rate_bps"] = (
@@ -113,4 +116,6 @@ class DownloadSummary:
         )
         for ev in out["events"]:
             ev["at_s"] = round(ev["at_s"], 3)
+            ev["detail"] = redacted(ev["detail"])
+        out["notes"] = [redacted(n) for n in out["notes"]]
         return out

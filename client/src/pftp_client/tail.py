@@ -212,9 +212,13 @@ def plan_duplicate(
     victim: LaneView, thief_rate: float | None, thief_latency_s: float, budget_left: int
 ) -> Duplicate | None:
     remaining = victim.end - victim.reserved
-    if remaining <= 0 or remaining > budget_left or thief_rate is None or thief_rate <= 0:
+    if remaining <= 0 or remaining > budget_left:
         return None
-    if victim.rate is None:
+    if victim.rate is not None and victim.rate <= 0:
+        # (no byte for long, engine._lane_rate: any flow beats it, even one whose
+        # own rate has lapsed while it waited idle)
+        return Duplicate(victim.lane_id, victim.reserved, victim.end)
+    if thief_rate is None or thief_rate <= 0 or victim.rate is None:
         return None
     t_victim = expected_seconds(remaining, victim.rate)
     t_dup = thief_latency_s + remaining / thief_rate

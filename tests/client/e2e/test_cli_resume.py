@@ -378,3 +378,54 @@ def test_sigterm_saves_the_state_and_says_so(tmp_path, ftp_mirrors):
     r = run_pftp(tmp_path, *args)
     assert r.returncode == 0, r.stderr
     assert target.read_bytes() == data
+
+
+def test_bytes_damaged_here_after_a_crash_are_repaired_and_nobody_blamed(tmp_path, ftp_mirrors):
+    """The kept bytes of an interrupted download were damaged on this side (a power
+    loss losing page cache, another writer): the whole-file hash fails on resume,
+    the culprit search repairs the range, and since the mirror that wrote it now
+    serves the right bytes, no mirror is blamed (nor reported as bad_data)."""
+    data = os.urandom(4 * 1024 * 1024)
+    a = ftp_mirrors({"d.bin": data}, 1, throttle={0: 512 * 1024})[0]
+    b = ftp_mirrors({"d.bin": data}, 1, throttle={0: 512 * 1024})[0]
+    target = tmp_path / "d.bin"
+    args = ["get", "--mirror", a.url("d.bin"), "--mirror", b.url("d.bin"),
+            "--sha256", sha256_hex(data), "-o", str(target), "-q", "--json"]
+    _interrupt(tmp_path, args, target, 1024 * 1024)
+    start, _end = next(iter(load(ctl_path(target)).done))
+    with open(part_path(target), "r+b") as f:
+        f.seek(start + 1000)
+        f.write(b"\0" * 3)
+    r = run_pftp(tmp_path, *args)
+    assert r.returncode == 0, r.stderr
+    assert target.read_bytes() == data
+    out = json.loads(r.stdout)
+    assert not [e for e in out["events"] if e["kind"] == "corrupt"], out["events"]
+    assert all("corrupt" not in m["events"] for m in out["mirrors"])
+    assert any("nobody blamed" in n for n in out["notes"]), out["notes"]
+
+
+def test_a_second_pftp_on_the_same_target_is_refused(tmp_path, ftp_mirrors):
+    """Two runs writing one part file would mix their bytes (and the second's
+    --restart truncate the first's): the second stops at once, the first finishes."""
+    data = os.urandom(3 * 1024 * 1024)
+    a = ftp_mirrors({"l.bin": data}, 1, throttle={0: 1024 * 1024})[0]
+    target = tmp_path / "l.bin"
+    args = ["get", "--mirror", a.url("l.bin"), "--sha256", sha256_hex(data),
+            "-o", str(target), "-q", "--json"]
+    first = subprocess.Popen([*PFTP, *args], env=_env(tmp_path), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_progress(target, first, 256 * 1024)
+        second = run_pftp(tmp_path, *args, "--restart")
+        assert second.returncode == 5, second.stderr
+        assert "another pftp is downloading to" in second.stderr
+        assert json.loads(second.stdout)["exit_code"] == 5
+        _out, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0, err
+    assert target.read_bytes() == data
+    assert not list(tmp_path.glob("l.bin.pftp-*"))  # no part, control or lock file left

@@ -209,6 +209,11 @@ def test_when_the_size_that_won_cannot_be_served_the_other_size_is_tried(
     s = download(mirrors=[f"{liar}/f.bin", f"{good}f.bin"], output=target, config=FAST,
                  sha256=hashlib.sha256(data).hexdigest())
     assert target.read_bytes() == data and s.sha256_verified
+    # Without a hash too: one against one, the larger size was only a guess
+    s = download(mirrors=[f"{liar}/f.bin", f"{good}f.bin"], output=tmp_path / "g.bin",
+                 config=FAST)
+    assert (tmp_path / "g.bin").read_bytes() == data and not s.sha256_verified
+    assert any("which size is right is not known" in n for n in s.notes), s.notes
 
 
 def test_an_untrusted_https_mirror_is_refused_at_once_with_a_hint(
@@ -238,3 +243,92 @@ def test_an_untrusted_https_mirror_is_refused_at_once_with_a_hint(
                           env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["sha256_verified"] is True and out.read_bytes() == data
+
+
+@pytest.fixture
+def mute_server():
+    """A TCP server that accepts connections and never says a word."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept())
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield listener.getsockname()[1]
+    listener.close()
+    for conn, _ in held:
+        conn.close()
+
+
+def test_a_mirror_that_never_sends_a_byte_does_not_hold_the_last_piece(
+    tmp_path: Path, ftp_mirrors: Any, mute_server: int
+) -> None:
+    """The real entry point, a mirror that accepts and never answers first (the
+    even start gives it the first block) beside a slow good one (3 MB at 1 MB/s).
+    The good mirror took everything but the mute one's last piece, then waited for
+    its reply timeout, twice (~60 s). Now a range with no first byte past the stall
+    timeout counts as rate 0, and the idle flow races it."""
+    import time
+
+    data = os.urandom(3_000_017)
+    good = ftp_mirrors({"f.bin": data}, throttle={0: 1_000_000})[0].url("f.bin")
+    out = tmp_path / "out.bin"
+    env = dict(os.environ, PFTP_CLIENT_CONFIG=str(tmp_path / "none.toml"))
+    env.pop("PFTP_COORDINATOR", None)
+    pftp = Path(sys.executable).with_name("pftp")
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(pftp), "get", "--mirror", f"ftp://127.0.0.1:{mute_server}/f.bin", "--mirror", good,
+         "--sha256", hashlib.sha256(data).hexdigest(), "--stall-timeout", "3", "-o", str(out),
+         "--quiet", "--json", "--no-discovery"],
+        capture_output=True, text=True, timeout=180, env=env,
+    )
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert out.read_bytes() == data
+    # 3 s of transfer; the mute mirror's reply timeout alone is 30 s
+    assert took < 25, (took, json.loads(proc.stdout)["events"])
+
+
+def test_a_mirror_whose_size_is_too_small_never_gives_a_cut_file(
+    tmp_path: Path, start_pyftpd: Any
+) -> None:
+    """SIZE 1000 bytes short (a 32-bit SIZE of a file past 4 GiB, a file still
+    growing): the bytes past it are caught before the block that ends at the
+    reported size is handed over, and the file is not put in place as complete."""
+    from pyftpdlib.handlers import FTPHandler
+
+    class ShortSize(FTPHandler):
+        def ftp_SIZE(self, path: str) -> str:
+            self.respond(f"213 {os.path.getsize(path) - 1000}")
+            return path
+
+    data = os.urandom(300_001)
+    server = start_pyftpd(handler=ShortSize)
+    server.put("f.bin", data)
+    target = tmp_path / "f.bin"
+    with pytest.raises(NoMirrorCouldServe, match="more than the 299001 bytes its SIZE reported"):
+        download(mirrors=[server.url("f.bin")], output=target, config=FAST)
+    assert not target.exists()
+
+
+def test_passwords_stay_out_of_the_summary_and_messages(tmp_path: Path, start_pyftpd: Any) -> None:
+    data = os.urandom(50_000)
+    server = start_pyftpd(users={"bob": "s3cret"}, anonymous=False)
+    server.put("f.bin", data)
+    host = server.url("f.bin").split("://", 1)[1]
+    good = f"ftp://bob:s3cret@{host}"
+    bad = f"ftp://bob:wr0ng@{host}"
+    s = download(mirrors=[good, bad], output=tmp_path / "f.bin", config=FAST)
+    assert (tmp_path / "f.bin").read_bytes() == data
+    text = json.dumps(s.to_json_dict())
+    assert "s3cret" not in text and "wr0ng" not in text
+    assert "bob:***@" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -451,6 +452,14 @@ def test_netrc_credentials(start_pyftpd, tmp_path: Path, monkeypatch) -> None:
     # login named in the URL, password from netrc
     with fetcher(f"ftp://alice@127.0.0.1:{server.port}/f.bin") as f:
         assert fetch(f, 0, 10) == data[:10]
+    # a ~/.netrc others may read is refused (its passwords are not safe there), and
+    # the message says what to do, without the parser's "(None, line None)"
+    (home / ".netrc").chmod(0o644)
+    if os.getuid() == os.stat(home / ".netrc").st_uid:
+        with fetcher(url) as f, pytest.raises(PermanentError) as info:
+            fetch(f, 0, 10)
+        assert "too permissive" in str(info.value) and "chmod 600" in str(info.value)
+        assert "None" not in str(info.value)
 
 
 def test_absolute_and_encoded_paths(pyftpd_server) -> None:
@@ -474,3 +483,4 @@ def test_ipv6_loopback(kind, start_pyftpd, start_vsftpd, start_proftpd, ipv6_loo
         assert fetch(f, 123, 299_000) == data[123:299_000]
         assert fetch(f, 0, len(data)) == data
         assert f.reconnects == 0
+

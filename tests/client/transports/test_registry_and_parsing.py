@@ -51,6 +51,20 @@ def test_ftp_target_decoding() -> None:
     assert (anon.user, anon.password, anon.port) == (None, None, 21)
     with pytest.raises(ValueError, match="control character"):
         ftp_target("ftp://h/a%0D%0ADELE%20b")
+    # a name percent-encoded in another charset (Latin-1 %E9) reaches the server
+    # as the same bytes, not as U+FFFD
+    latin = ftp_target("ftp://h/caf%E9.bin").path
+    assert latin.encode("utf-8", "surrogateescape") == b"caf\xe9.bin"
+
+
+def test_a_bad_ftp_url_is_a_usage_error_before_any_connection() -> None:
+    from pftp_client.plan import PlanError, check_url
+
+    with pytest.raises(PlanError, match="does not name a file"):
+        check_url("ftp://h/")
+    with pytest.raises(PlanError, match="control character"):
+        check_url("ftp://h/a%0D%0ADELE%20b")
+    assert check_url("ftp://h/pub/f.bin") == "ftp://h/pub/f.bin"
 
 
 # Plain URLs take plain_url.py's split (no urllib.parse before the first connect);

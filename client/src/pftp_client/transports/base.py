@@ -75,6 +75,21 @@ def shown(url: str) -> str:
     return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}{slash}{path}"
 
 
+_PASSWORD_IN_URL = None
+
+
+def redacted(text: str) -> str:
+    """``text`` with the password of every URL in it masked as ``shown`` does."""
+    global _PASSWORD_IN_URL
+    if "@" not in text:
+        return text
+    if _PASSWORD_IN_URL is None:
+        import re
+
+        _PASSWORD_IN_URL = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/:@\s]*):[^@/\s]*@")
+    return _PASSWORD_IN_URL.sub(r"\1:***@", text)
+
+
 def reason(exc: BaseException) -> str:
     """``str(exc)``, marked a Refusal when retrying cannot help."""
     return Refusal(exc) if isinstance(exc, PermanentError) else str(exc)

@@ -132,9 +132,12 @@ def ftp_target(url: str) -> FtpTarget:
     parts = plain_url_parts(url)
     unquote: Callable[[str], str] = str  # (a plain URL has no "%" to decode)
     if parts is None:
+        import functools
         import urllib.parse
 
-        unquote = urllib.parse.unquote
+        # Bytes that are not UTF-8 (a Latin-1 file name, %E9) go to the server as
+        # they are: send_batch encodes with surrogateescape. "replace" sent U+FFFD.
+        unquote = functools.partial(urllib.parse.unquote, errors="surrogateescape")
         split = urllib.parse.urlsplit(url)
         try:
             parts = (split.scheme, split.hostname, split.port, split.path,
@@ -794,6 +797,8 @@ class FtpFetcher:
             for stop, arrival_ns in head.marks:
                 if cancel.is_set() or self._closed:
                     raise Cancelled(f"{self._where()}: cancelled at byte {base + done}")
+                if end.value == self._size and self._size_known and base + stop > end.value:
+                    raise self._past_size(end.value)  # (before the last byte is handed over)
                 done += end.deliver(sink, base + done, view[done:stop], arrival_ns)
                 if done < stop:  # the end was lowered below what was read
                     self._abort(ctrl, data, prepare_next=True)
@@ -952,7 +957,8 @@ class FtpFetcher:
             ctrl.close()
 
     def _where(self) -> str:
-        return f"ftp://{self.target.host}:{self.target.port}/{self.target.path}"
+        host = f"[{self.target.host}]" if ":" in self.target.host else self.target.host
+        return f"ftp://{host}:{self.target.port}/{self.target.path}"
 
     def _credentials(self) -> tuple[str, str]:
         t = self.target
@@ -981,7 +987,9 @@ class FtpFetcher:
                 raise PermanentError(f"netrc file {self.netrc_file} does not exist") from None
             return None
         except netrc.NetrcParseError as exc:
-            raise PermanentError(f"cannot use netrc: {exc}") from exc
+            where = f" ({exc.filename}, line {exc.lineno})" if exc.lineno else ""
+            hint = " (chmod 600 it)" if "permissive" in exc.msg else ""
+            raise PermanentError(f"cannot use netrc: {exc.msg}{where}{hint}") from exc
         auth = rc.authenticators(self.target.host)
         if auth is None:
             return None
@@ -1465,6 +1473,10 @@ class FtpFetcher:
                     if pos != expect_eof_at:
                         break
                     want = 1  # read the EOF that must follow the last byte
+                elif end.value == expect_eof_at and want < len(view):
+                    # one byte more: a byte past the reported size is caught before
+                    # the file's last bytes are handed over (the engine finishes then)
+                    want += 1
                 try:
                     if kernel_ts:
                         n, ancdata, _flags, _addr = data.recvmsg_into([view[:want]], _TS_ANCILLARY)
@@ -1491,11 +1503,13 @@ class FtpFetcher:
                             sec, nsec = struct.unpack_from("qq", cdata)
                             # never later than our own clock read (clock noise)
                             arrival = min(arrival, sec * 1_000_000_000 + nsec - realtime_minus_mono)
+                if end.value == expect_eof_at and pos + n > expect_eof_at:
+                    raise self._past_size(expect_eof_at)
                 got = end.deliver(sink, pos, view[:n], arrival)
                 pos += got
                 self._recv_pos = pos
                 if got < n:
-                    break  # the end was lowered under us (or the server sends past the file size)
+                    break  # the end was lowered under us
         except BaseException:
             self._abort(ctrl, data)
             raise
@@ -1512,6 +1526,15 @@ class FtpFetcher:
         data.close()
         self._finish(ctrl, pos, end)
         return pos - offset, True
+
+    def _past_size(self, size: int) -> PermanentError:
+        """The server sent bytes beyond the size it reported: SIZE is wrong (a
+        32-bit SIZE of a file over 4 GiB, a file still growing). A file cut at the
+        reported size would be wrong; the mirror is not used."""
+        return PermanentError(
+            f"{self._where()}: the server sends more than the {size} bytes its SIZE "
+            "reported (wrong SIZE, or the file is growing); not used"
+        )
 
     def _finish(self, ctrl: _Control, pos: int, end: RangeEnd) -> None:
         """After the server closed the data connection: read its final reply and
