@@ -14,6 +14,24 @@ KIB = 1024
 MIB = 1024 * KIB
 
 
+def test_a_stalled_victim_gives_up_all_but_what_it_is_on():
+    """Rate 0 (no byte within the rate window, or none past the stall timeout since
+    its request): any split gains, though both of the old check's times were
+    infinite and it never stole; 15 MB waited for the stall timeout and the abort."""
+    size = 100 * MIB
+    victim = LaneView(1, reserved=40 * MIB, end=40 * MIB + 15_000_000, rate=0.0)
+    grid = PieceGrid(size, split_unit(256 * KIB))
+    move = plan_tail_move([victim], thief_rate=4_000_000.0, thief_latency_s=0.01, grid=grid,
+                          duplicate_budget_left=0)
+    assert isinstance(move, Steal) and move.end == victim.end
+    assert move.split - victim.reserved <= 16 * KIB
+    # a stalled lane with no rate at all yet (None) is not judged on nothing
+    unknown = LaneView(1, reserved=40 * MIB, end=40 * MIB + 15_000_000, rate=None)
+    halved = plan_tail_move([unknown], thief_rate=4_000_000.0, thief_latency_s=0.01,
+                            grid=grid, duplicate_budget_left=0)
+    assert isinstance(halved, Steal) and halved.split - unknown.reserved >= 7 * MIB
+
+
 def test_split_unit_is_small_but_never_above_the_piece():
     assert split_unit(4 * MIB) == SPLIT_UNIT == 16 * KIB
     assert split_unit(256 * KIB) == 16 * KIB

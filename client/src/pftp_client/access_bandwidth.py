@@ -29,7 +29,6 @@ at 192.168.1.1 are different links).
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import logging
 import os
@@ -42,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pftp_client.bandwidth_setting import configured_access_bandwidth
+from pftp_client.bandwidth_setting import configured_access_bandwidth, probe_setting
 
 log = logging.getLogger(__name__)
 
@@ -209,21 +208,6 @@ def packet_train_probe(target: str, mtu: int, cap_bps: float | None) -> tuple[fl
     except OSError as exc:
         return None, f"packet train to {target} failed: {exc}"
     return m.estimate.rate_bps, m.describe()
-
-
-def probe_setting(env: Mapping[str, str]) -> tuple[bool, str | None]:
-    """PFTP_ACCESS_PROBE -> (probe enabled, hop to probe instead of the gateway)."""
-    setting = env.get("PFTP_ACCESS_PROBE", "").strip()
-    if setting.lower() in ("off", "0", "no", "false"):
-        return False, None
-    if not setting:
-        return True, None
-    try:
-        return True, str(ipaddress.IPv4Address(setting))
-    except ValueError:
-        raise ValueError(
-            f"PFTP_ACCESS_PROBE={setting!r}: use 'off' or the IPv4 address of the hop to probe"
-        ) from None
 
 
 def access_bandwidth(

@@ -28,8 +28,30 @@ def configured_access_bandwidth(
     configured: str | None = None, env: Mapping[str, str] = os.environ
 ) -> tuple[int | None, str]:
     """(bits/s or None, source) from the environment or the config file only."""
-    if env.get("PFTP_ACCESS_BANDWIDTH"):
-        return parse_bandwidth(env["PFTP_ACCESS_BANDWIDTH"]), "env PFTP_ACCESS_BANDWIDTH"
-    if configured:
-        return parse_bandwidth(configured), "config file"
-    return None, "not configured"
+    source = "env PFTP_ACCESS_BANDWIDTH" if env.get("PFTP_ACCESS_BANDWIDTH") else "config file"
+    text = env.get("PFTP_ACCESS_BANDWIDTH") or configured
+    if not text:
+        return None, "not configured"
+    try:
+        return parse_bandwidth(text), source
+    except ValueError as exc:
+        raise ValueError(f"{source.removeprefix('env ')}: {exc}") from None
+
+
+def probe_setting(env: Mapping[str, str]) -> tuple[bool, str | None]:
+    """PFTP_ACCESS_PROBE -> (probe enabled, hop to probe instead of the gateway).
+    (Here, not in access_bandwidth.py: download() checks it before the first
+    connect, where that module's imports would cost start-up time.)"""
+    setting = env.get("PFTP_ACCESS_PROBE", "").strip()
+    if setting.lower() in ("off", "0", "no", "false"):
+        return False, None
+    if not setting:
+        return True, None
+    import ipaddress
+
+    try:
+        return True, str(ipaddress.IPv4Address(setting))
+    except ValueError:
+        raise ValueError(
+            f"PFTP_ACCESS_PROBE={setting!r}: use 'off' or the IPv4 address of the hop to probe"
+        ) from None

@@ -21,7 +21,6 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 
 # Only the standard library and the light client modules are imported up front:
 # start-up time is part of every download's time. download() imports the engine
@@ -89,12 +88,33 @@ class _HelpFormatter(argparse.HelpFormatter):
         super().__init__(prog, indent_increment, max_help_position, width)
 
 
+class _VersionAction(argparse.Action):
+    """--version; importlib.metadata is loaded only when it is asked for (start-up)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kw: object) -> None:
+        super().__init__(
+            option_strings, argparse.SUPPRESS, nargs=0, default=argparse.SUPPRESS,
+            help="show the version and exit",
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("pftp-client")
+        except PackageNotFoundError:
+            v = "unknown"
+        sys.stdout.write(f"pftp {v}\n")  # (stdout, as argparse's own version action)
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pftp",
         description="P-FTP: parallel, verified downloads from several mirrors.",
         formatter_class=_HelpFormatter,
     )
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     get = sub.add_parser(
         "get",
@@ -131,7 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="shared-congestion detection and its timestamp source: auto = packet capture "
         "(root/CAP_NET_RAW) > kernel receive times (FTP) > receive-call times (default: auto)",
     )
-    get.add_argument("--output", "-o", type=Path, default=None, help="where to put the file")
+    get.add_argument(
+        # (str, not Path: Path drops the trailing "/" that says "a directory")
+        "--output", "-o", default=None, metavar="PATH",
+        help="target file, or a directory to put it in (a trailing / makes one)",
+    )
     get.add_argument(
         "--coordinator",
         default=None,
@@ -153,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_seconds,
         default=None,
         metavar="SECONDS",
-        help="seconds without data before a mirror counts as failed",
+        help="seconds without data before a mirror counts as failed (default 15, or the "
+        "config file's stall_timeout)",
     )
     get.add_argument(
         "--no-discovery",
@@ -168,7 +193,7 @@ def get(
     mirror: list[str] | None = None,
     backup: list[str] | None = None,
     congestion: str = "auto",
-    output: Path | None = None,
+    output: str | None = None,
     coordinator: str | None = None,
     sha256: str | None = None,
     quiet: bool = False,

@@ -320,8 +320,12 @@ def _output_path(output: str | os.PathLike[str] | None, name: str) -> Path:
     if output is None:
         p = Path.cwd() / _basename(name)
     else:
-        p = Path(output)
-        if p.is_dir():
+        text = os.fspath(output)
+        p = Path(text).expanduser()
+        # "-o dir/": a directory, made if missing (not a file named "dir")
+        if p.is_dir() or text.endswith(("/", os.sep)):
+            if p.exists() and not p.is_dir():
+                raise UsageError(f"the output {text} ends with '/' but {p} is not a directory")
             p = p / _basename(name)
     if p.is_dir():  # (checked before a byte is fetched: the rename would fail at the end)
         raise UsageError(f"the output {p} is a directory; name a file with -o")
@@ -391,6 +395,18 @@ def download(
         raise UsageError("--backup needs at least one --mirror URL")
     if not name and not urls:
         raise UsageError("give a file name (with a coordinator) or at least one --mirror URL")
+    for what, value in (("timeout", timeout), ("stall_timeout", stall_timeout)):
+        if value is not None and not (isinstance(value, int | float) and 0 < value < float("inf")):
+            raise UsageError(f"{what} must be a positive number of seconds, not {value!r}")
+    if access_bandwidth_bps == AUTO and (
+        access_bandwidth_setting or os.environ.get("PFTP_ACCESS_BANDWIDTH")
+    ):
+        from pftp_client.bandwidth_setting import configured_access_bandwidth
+
+        try:  # (a bad figure is the caller's error, before anything is fetched)
+            configured_access_bandwidth(access_bandwidth_setting)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
     if sha256 is not None:
         sha256 = sha256.strip().lower()
         if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
@@ -398,6 +414,20 @@ def download(
     # (a directory in the way fails now, not after the download)
     target = _output_path(output, name or urls[0])
     coordinators = [coordinator] if isinstance(coordinator, str) else list(coordinator or [])
+    from pftp_client.settings import coordinator_url_ok
+
+    for c in coordinators:
+        if not coordinator_url_ok(c):
+            raise UsageError(f"bad coordinator URL {c!r} (need http:// or https://host[:port])")
+    if os.environ.get("PFTP_ACCESS_PROBE", "").strip():
+        # (read by the probe, and after every verified download by record_download:
+        # a bad value must stop us now, not after the file is in place)
+        from pftp_client.bandwidth_setting import probe_setting
+
+        try:
+            probe_setting(os.environ)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
     if name and not urls and not coordinators:
         from pftp_client.coordinator import CoordinatorUnavailable
 
@@ -1113,14 +1143,34 @@ def _run_locked(
         part.close()
         if progress is not None:
             progress.finish(summary)
-    if summary.sha256_verified:
-        # History of achieved rates backs up the gateway probe next time.
+    if summary.sha256_verified and not all(
+        _on_this_host(m.url) for m in summary.mirrors if m.bytes
+    ):
+        # History of achieved rates backs up the gateway probe next time. (Bytes
+        # from this host's own loopback never crossed the access link.)
         from pftp_client.access_bandwidth import record_download
 
         record_download(summary.size - summary.resumed_bytes, summary.seconds)
     if coordinator is not None:
         _report(coordinator, summary, say)
     return summary
+
+
+def _on_this_host(url: str) -> bool:
+    """Whether ``url``'s host is this machine's loopback (localhost, 127/8, ::1)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _fmt_bw(bps: int | None) -> str:

@@ -119,8 +119,10 @@ class RichProgress(QuietProgress):
     def start(self, name: str, size: int, mirrors: Sequence[str]) -> None:
         from rich.console import Group
         from rich.live import Live
+        from rich.markup import escape
 
-        self._task = self._bar.add_task(name, total=size or 1)
+        # (names and paths are text, not markup: "[draft]" is part of a file name)
+        self._task = self._bar.add_task(escape(name), total=size or 1)
         self._live = Live(Group(self._bar, self._table), console=self.console, refresh_per_second=4)
         self._live.start()
 
@@ -135,33 +137,49 @@ class RichProgress(QuietProgress):
         if self._task is None or self._live is None:
             return
         from rich.console import Group
-        from rich.table import Table
 
         self._bar.update(self._task, completed=done)
+        self._live.update(Group(self._bar, self._mirror_table(mirrors, rates)))
+
+    @staticmethod
+    def _mirror_table(mirrors: Sequence[MirrorStats], rates: dict[str, float | None]) -> object:
+        from rich.table import Table
+        from rich.text import Text
+
         table = Table(box=None, pad_edge=False)
         for col in ("mirror", "state", "bytes", "rate", "events"):
-            table.add_column(col)
+            # (fold, not "…": on a narrow terminal every mirror would read "ftp://…")
+            table.add_column(col, overflow="fold" if col == "mirror" else "ellipsis")
         for m in mirrors:
             table.add_row(
-                m.name,
-                m.state,
+                Text(m.name),
+                Text(m.state),
                 human_bytes(m.bytes),
                 human_rate(rates.get(m.name)),
-                ",".join(m.events),
+                Text(",".join(m.events)),
             )
-        self._live.update(Group(self._bar, table))
+        return table
 
     def finish(self, summary: DownloadSummary | None) -> None:
         if self._live is not None:
             if summary is not None and self._task is not None:
+                from rich.console import Group
+
                 self._bar.update(self._task, completed=summary.size or 1)
+                # the last frame stays on screen: show how each mirror ended
+                # (its last update may be up to 0.5 s old: "fetching", fewer bytes)
+                final = {m.name: m.rate_bps / 8 for m in summary.mirrors}
+                table = self._mirror_table(summary.mirrors, final)  # type: ignore[arg-type]
+                self._live.update(Group(self._bar, table), refresh=True)
             self._live.stop()
             self._live = None
         if summary is not None:
-            self.console.print(render_summary_line(summary))
+            self.console.print(render_summary_line(summary), markup=False, highlight=False)
 
     def message(self, text: str) -> None:
-        self.console.print(f"[yellow]pftp:[/] {text}")
+        from rich.text import Text
+
+        self.console.print(Text.assemble(("pftp:", "yellow"), " ", text))
 
 
 def render_summary_line(s: DownloadSummary) -> str:

@@ -12,6 +12,7 @@ Config file: ``$PFTP_CLIENT_CONFIG``, else ``$XDG_CONFIG_HOME/pftp/client.toml``
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,7 +45,12 @@ def config_path(env: Mapping[str, str] = os.environ) -> Path:
 
 def _number(raw: dict, key: str, default: float, path: Path) -> float:
     value = raw.get(key, default)
-    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise SettingsError(f"{path}: {key} must be a positive number, got {value!r}")
     return float(value)
 
@@ -57,23 +63,59 @@ def load_settings(env: Mapping[str, str] = os.environ, path: Path | None = None)
 
         try:
             raw = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise SettingsError(f"cannot read config file {path}: {exc}") from exc
         coord = raw.get("coordinator", [])
         coords = [coord] if isinstance(coord, str) else coord
         if not isinstance(coords, list) or not all(isinstance(c, str) for c in coords):
             raise SettingsError(f"{path}: coordinator must be a URL or a list of URLs")
+        for c in coords:
+            _check_coordinator(c, f"{path}: coordinator")
         bw = raw.get("access_bandwidth")
         if bw is not None and not isinstance(bw, str | int):
             raise SettingsError(f'{path}: access_bandwidth must be like "100M"')
+        if bw is not None:
+            _check_bandwidth(str(bw), f"{path}: access_bandwidth")
+        domain = raw.get("domain")
+        if domain is not None and not isinstance(domain, str):
+            raise SettingsError(f'{path}: domain must be a DNS name like "campus.example"')
         settings = ClientSettings(
             coordinators=coords,
             access_bandwidth=str(bw) if bw is not None else None,
             timeout=_number(raw, "timeout", 30.0, path),
             stall_timeout=_number(raw, "stall_timeout", 15.0, path),
-            domain=raw.get("domain"),
+            domain=domain,
             source=str(path),
         )
+    if env.get("PFTP_ACCESS_BANDWIDTH"):
+        _check_bandwidth(env["PFTP_ACCESS_BANDWIDTH"], "PFTP_ACCESS_BANDWIDTH")
     if env.get("PFTP_COORDINATOR"):
+        _check_coordinator(env["PFTP_COORDINATOR"], "PFTP_COORDINATOR")
         settings.coordinators = [env["PFTP_COORDINATOR"], *settings.coordinators]
     return settings
+
+
+def _check_bandwidth(text: str, where: str) -> None:
+    from pftp_client.bandwidth_setting import parse_bandwidth
+
+    try:
+        parse_bandwidth(text)
+    except ValueError as exc:
+        raise SettingsError(f"{where}: {exc}") from None
+
+
+def _check_coordinator(url: str, where: str) -> None:
+    if not coordinator_url_ok(url):
+        raise SettingsError(f"{where}: {url!r} is not an http:// or https:// URL")
+
+
+def coordinator_url_ok(url: str) -> bool:
+    """http(s)://host[:port][/path] (what coordinator.py can POST to)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 (raises ValueError on a bad port)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)

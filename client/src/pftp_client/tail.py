@@ -194,6 +194,11 @@ def plan_steal(
     split = grid.align_up(split)
     if split >= victim.end:
         return None
+    if victim.rate is not None and victim.rate <= 0:
+        # A stalled flow (no byte within the rate window, or none since its request
+        # past the stall timeout: engine._lane_rate): any split gains. The check
+        # below would compare two infinite times and never steal.
+        return Steal(victim.lane_id, split, victim.end)
     if victim.rate is not None and thief_rate is not None and thief_rate > 0:
         before = expected_seconds(remaining, victim.rate)
         kept = expected_seconds(split - victim.reserved, victim.rate)

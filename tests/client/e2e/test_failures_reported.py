@@ -332,3 +332,19 @@ def test_passwords_stay_out_of_the_summary_and_messages(tmp_path: Path, start_py
     text = json.dumps(s.to_json_dict())
     assert "s3cret" not in text and "wr0ng" not in text
     assert "bob:***@" in text
+
+
+def test_a_download_from_this_hosts_loopback_is_not_taken_for_the_access_link(
+    tmp_path: Path, ftp_mirrors: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The history of achieved rates stands in for the access link's bandwidth in
+    later requests; bytes from 127.0.0.1 never crossed that link."""
+    from pftp_client.access_bandwidth import load_state, state_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    data = os.urandom(3 * 1024 * 1024)
+    m = ftp_mirrors({"f.bin": data}, throttle={0: 256 * 1024})[0]  # long enough to count
+    s = download(mirrors=[m.url("f.bin")], output=tmp_path / "f.bin", config=FAST,
+                 sha256=hashlib.sha256(data).hexdigest(), access_bandwidth_bps=None)
+    assert s.sha256_verified and s.seconds >= 0.5
+    assert load_state(state_path())["history"] == []

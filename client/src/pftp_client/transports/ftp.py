@@ -1581,8 +1581,13 @@ class FtpFetcher:
 
         try:
             ctrl.send("ABOR")
-            next_reply()
-            next_reply()
+            # 225 first: ABOR's own reply with no transfer reply before it (pyftpdlib
+            # when no byte was sent yet): nothing else comes, and waiting for it cost
+            # the reply timeout and the session. The four servers tested send the
+            # transfer's reply first otherwise (vsftpd, pyftpdlib: 426 + 225; proftpd:
+            # 426 + 226; pure-ftpd: 226 + 226). A late one is drained before NOOP's 200.
+            if next_reply().code != 225:
+                next_reply()
             passive = self._passive_command(ctrl) if prepare_next and self.pipeline else None
             ctrl.send_batch(["NOOP", passive] if passive else ["NOOP"])
             for _ in range(_MAX_DRAIN_REPLIES):
