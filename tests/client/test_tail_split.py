@@ -25,6 +25,9 @@ def test_a_stalled_victim_gives_up_all_but_what_it_is_on():
                           duplicate_budget_left=0)
     assert isinstance(move, Steal) and move.end == victim.end
     assert move.split - victim.reserved <= 16 * KIB
+    # a thief that is stalled itself takes nothing from it
+    assert plan_tail_move([victim], thief_rate=0.0, thief_latency_s=0.01, grid=grid,
+                          duplicate_budget_left=0) is None
     # a stalled lane with no rate at all yet (None) is not judged on nothing
     unknown = LaneView(1, reserved=40 * MIB, end=40 * MIB + 15_000_000, rate=None)
     halved = plan_tail_move([unknown], thief_rate=4_000_000.0, thief_latency_s=0.01,
@@ -101,6 +104,28 @@ def test_rate_of_a_stalled_flow_falls_to_zero_within_the_window():
     assert m.rate(t + 3.5) == pytest.approx(0.0, abs=50_000)  # stalled: was ~460 kB/s (1/t)
     m.stop()
     assert m.rate(t + 10) == m.rate(t + 3.5)  # idle (between requests): frozen
+
+
+def test_a_period_that_ended_in_a_stall_freezes_zero_not_the_rate_before_it():
+    """A range cut where its server stopped sending ends "done": frozen at the rate
+    from before the stall, the flow took its own handed-over remainder straight
+    back (and stalled again). A period that ends right after its last byte keeps
+    its rate, as before."""
+    from pftp_client.rate import RateMeter
+
+    def run(stop_at: float) -> RateMeter:
+        m = RateMeter(window_s=3.0, step_s=0.1)
+        m.start(0.0)
+        t = 0.0
+        while t < 5.0:  # 1 MB/s for 5 s, then nothing
+            t += 0.05
+            m.add(50_000, t)
+        m.stop(stop_at)
+        return m
+
+    assert run(5.0).rate(20.0) == pytest.approx(1_000_000, rel=0.05)
+    assert run(5.0 + 0.3).rate(20.0) == pytest.approx(1_000_000, rel=0.05)  # final reply
+    assert run(5.0 + 1.5).rate(20.0) == 0.0  # cut where its server stopped sending
 
 
 def test_steal_never_splits_below_what_the_server_is_already_sending():

@@ -1334,7 +1334,7 @@ class DownloadEngine:
                 rng = self._untaken_range(flow)
                 if rng is not None:
                     return self._new_lane(flow, "normal", *rng)
-                move = None if flow.from_zero else self._plan_tail(flow)
+                move = None if flow.from_zero or self._stalled_idle(flow) else self._plan_tail(flow)
                 if isinstance(move, Steal):
                     return self._new_lane(flow, "normal", *self._steal(flow, move))
                 if isinstance(move, Duplicate):
@@ -1364,8 +1364,32 @@ class DownloadEngine:
 
     def _untaken_range(self, flow: Flow) -> tuple[int, int] | None:
         """Lock held: work nobody fetches, in the order a flow takes it: its own
-        queue, its share of the pool, then a range queued for another flow."""
-        return flow.initial.pop_first() or self._pool_share(flow) or self._take_unstarted()
+        queue, its share of the pool, then a range queued for another flow. A flow
+        whose last range ended in a stall (rate 0) takes nothing from others while
+        a flow that moves data is left: the pool may be its own remainder, just
+        handed over (rate 0 would take it whole, tail.pool_share)."""
+        own = flow.initial.pop_first()
+        if own is not None:
+            return own
+        if self._stalled_idle(flow):
+            return None
+        return self._pool_share(flow) or self._take_unstarted()
+
+    def _stalled_idle(self, flow: Flow) -> bool:
+        """Lock held: the flow's last range ended in a stall (its rate froze at 0,
+        rate.RateMeter.stop) and another working flow moves data (a rate above 0,
+        or none yet): it takes no one else's work, by pool, steal or race, at the
+        rate it had before the stall (warm_up would lend it that rate)."""
+        now = self._clock()
+        if flow.rate.rate(now) != 0:
+            return False
+        for f in self.flows.values():
+            if f is flow or not f.alive or f.cancel.is_set() or f.parked or f.standby:
+                continue
+            r = f.rate.rate(now)
+            if r is None or r > 0:
+                return True
+        return False
 
     def _steal(self, flow: Flow, move: Steal) -> tuple[int, int]:
         """Lock held: carry out a planned steal; the range taken."""
@@ -1601,7 +1625,7 @@ class DownloadEngine:
         except TransferError as exc:
             error = exc
         finally:
-            flow.rate.stop()
+            flow.rate.stop(self._clock())
             with self._lock:
                 now = self._clock()
                 flow.stats.seconds += now - t_start

@@ -55,13 +55,21 @@ class RateMeter:
                     self._last_rate = 0.0
             return self._last_rate
 
-    def stop(self) -> None:
+    def stop(self, now: float | None = None, stalled_after_s: float = 1.0) -> None:
         """End of an active period: freeze the last rate (idle time is not slowness),
-        taken up to the period's last byte (rate() may not have been asked lately)."""
+        taken up to the period's last byte (rate() may not have been asked lately).
+        A period that ended in a stall (no byte for ``stalled_after_s`` before
+        ``now``: a range cut where its server stopped sending; a range ends right
+        after its last byte otherwise, or a few round trips later for its final
+        reply) freezes 0: the rate from before the stall would hand the flow new
+        work it will not serve."""
         with self._lock:
             if self._samples:
                 t0, b0 = self._samples[0]
                 dt = self._last_add - t0
-                if self.total > b0 and dt >= min(self.min_span_s, self.window_s):
+                quiet = min(self.window_s, stalled_after_s)
+                if now is not None and now - max(self._last_add, t0) >= quiet:
+                    self._last_rate = 0.0
+                elif self.total > b0 and dt >= min(self.min_span_s, self.window_s):
                     self._last_rate = (self.total - b0) / dt
             self._samples.clear()

@@ -196,8 +196,11 @@ def plan_steal(
         return None
     if victim.rate is not None and victim.rate <= 0:
         # A stalled flow (no byte within the rate window, or none since its request
-        # past the stall timeout: engine._lane_rate): any split gains. The check
-        # below would compare two infinite times and never steal.
+        # past the stall timeout: engine._lane_rate): any split gains, for a thief
+        # that is not stalled itself. The check below would compare two infinite
+        # times and never steal.
+        if thief_rate is not None and thief_rate <= 0:
+            return None
         return Steal(victim.lane_id, split, victim.end)
     if victim.rate is not None and thief_rate is not None and thief_rate > 0:
         before = expected_seconds(remaining, victim.rate)
