@@ -9,6 +9,8 @@
 - ``canned_coordinator(status, body)``: a tiny HTTP server answering
   POST /api/v1/assignments with canned JSON and recording POST /api/v1/reports.
 - ``closed_port_url``: an http URL nobody listens on.
+- ``silent_server``: a TCP port that accepts connections and never says a word.
+- ``equal_plan(data, urls, sha256=None)``: a coordinator's answer with equal portions.
 Everything is stopped at teardown, also when the test fails.
 """
 
@@ -309,3 +311,47 @@ def canned_coordinator(
 @pytest.fixture
 def random_bytes() -> Callable[[int], bytes]:
     return os.urandom
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP server that accepts connections and never says a word."""
+    import socket
+
+    listener = socket.create_server((LOOPBACK, 0))
+    held: list = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept())
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield listener.getsockname()[1]
+    listener.close()
+    for conn, _ in held:
+        conn.close()
+
+
+@pytest.fixture
+def equal_plan() -> Callable[..., dict]:
+    def answer(data: bytes, urls: list[str], *, sha256: str | None = None,
+               request_id: str = "req-1") -> dict:
+        """The coordinator's answer: equal portions of ``data`` over ``urls``."""
+        cuts = [len(data) * i // len(urls) for i in range(len(urls) + 1)]
+        return {
+            "request_id": request_id,
+            "file": {"name": "f.bin", "size": len(data), "sha256": sha256 or sha256_hex(data),
+                     "piece_size": None, "piece_sha256": None},
+            "assignments": [
+                {"mirror": f"m{i}", "url": u, "offset": cuts[i], "length": cuts[i + 1] - cuts[i],
+                 "suitability": 0.5, "expected_bps": 8e7}
+                for i, u in enumerate(urls)
+            ],
+            "backups": [],
+            "mode": "ranked",
+        }
+
+    return answer

@@ -138,29 +138,6 @@ def test_a_missing_file_is_not_asked_for_again(tmp_path, ftp_mirrors, nginx_serv
     assert not (tmp_path / "missing.bin").exists()
 
 
-@pytest.fixture
-def silent_server():
-    """A TCP server that accepts connections and never says a word."""
-    import socket
-    import threading
-
-    listener = socket.create_server(("127.0.0.1", 0))
-    held: list = []
-
-    def accept() -> None:
-        while True:
-            try:
-                held.append(listener.accept())
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield listener.getsockname()[1]
-    listener.close()
-    for conn, _ in held:
-        conn.close()
-
-
 def test_a_mirror_that_never_answers_does_not_hold_the_download(
     tmp_path, ftp_mirrors, silent_server
 ):

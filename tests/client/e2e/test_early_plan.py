@@ -16,25 +16,6 @@ from pftp_client import early
 from pftp_client.downloader import download
 
 
-def _answer(data: bytes, urls: list[str]) -> dict:
-    """The coordinator's answer: equal portions of ``data`` over ``urls``."""
-    import hashlib
-
-    cuts = [len(data) * i // len(urls) for i in range(len(urls) + 1)]
-    return {
-        "request_id": "req-1",
-        "file": {"name": "f.bin", "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                 "piece_size": None, "piece_sha256": None},
-        "assignments": [
-            {"mirror": f"m{i}", "url": u, "offset": cuts[i], "length": cuts[i + 1] - cuts[i],
-             "suitability": 0.5, "expected_bps": 8e7}
-            for i, u in enumerate(urls)
-        ],
-        "backups": [],
-        "mode": "ranked",
-    }
-
-
 @pytest.fixture
 def clean_early(monkeypatch, tmp_path: Path):
     early.discard_all()
@@ -52,11 +33,11 @@ def _cli_download(name: str, coordinator: str, target: Path) -> Any:
 
 
 def test_the_plan_asked_early_is_used_once_and_its_transfers_taken_over(
-    tmp_path: Path, ftp_mirrors, canned_coordinator, clean_early
+    tmp_path: Path, ftp_mirrors, canned_coordinator, clean_early, equal_plan
 ) -> None:
     data = os.urandom(3 * 1024 * 1024 + 7)
     m = ftp_mirrors({"f.bin": data}, 3)
-    coord = canned_coordinator(200, _answer(data, [x.url("f.bin") for x in m]))
+    coord = canned_coordinator(200, equal_plan(data, [x.url("f.bin") for x in m]))
     early.start(["get", "f.bin", "--coordinator", coord.url, "-o", str(tmp_path / "f.bin")])
     plan = early._plan
     assert plan is not None
@@ -64,7 +45,7 @@ def test_the_plan_asked_early_is_used_once_and_its_transfers_taken_over(
     assert plan.answer is not None and plan.answer[1] == 200
     heads = [p.result()[1] for p in plan.probes]
     assert sorted(f._head.offset for f in heads) == [a["offset"] for a in
-                                                     _answer(data, ["x"] * 3)["assignments"]]
+                                                     equal_plan(data, ["x"] * 3)["assignments"]]
     s = _cli_download("f.bin", coord.url, tmp_path / "f.bin")
     assert s.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
     assert s.mode == "coordinated" and s.request_id == "req-1"
@@ -92,7 +73,7 @@ def test_a_refused_early_plan_is_reported_as_download_would(
 
 
 def test_a_config_file_or_another_request_leaves_the_plan_to_download(
-    tmp_path: Path, ftp_mirrors, canned_coordinator, clean_early, monkeypatch
+    tmp_path: Path, ftp_mirrors, canned_coordinator, clean_early, monkeypatch, equal_plan
 ) -> None:
     """With a config file (it may name coordinators and timeouts) nothing is asked
     early; a download() asking with other arguments does not take an early plan
@@ -100,7 +81,7 @@ def test_a_config_file_or_another_request_leaves_the_plan_to_download(
     mixing `early.start` with other arguments gets there)."""
     data = os.urandom(100_000)
     m = ftp_mirrors({"f.bin": data}, 1)
-    coord = canned_coordinator(200, _answer(data, [m[0].url("f.bin")]))
+    coord = canned_coordinator(200, equal_plan(data, [m[0].url("f.bin")]))
     config = tmp_path / "client.toml"
     config.write_text("timeout = 20\n")
     monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(config))

@@ -25,30 +25,10 @@ FAST = EngineConfig(
 )
 
 
-def _plan(data: bytes, urls: list[str], *, sha256: str | None = None) -> dict:
-    n, size = len(urls), len(data)
-    cuts = [size * i // n for i in range(n + 1)]
-    return {
-        "request_id": "req-9",
-        "file": {"name": "f.bin", "size": size,
-                 "sha256": sha256 or hashlib.sha256(data).hexdigest()},
-        "assignments": [
-            {"mirror": f"m{i}", "url": u, "offset": cuts[i], "length": cuts[i + 1] - cuts[i],
-             "suitability": 0.5, "expected_bps": 8e7}
-            for i, u in enumerate(urls)
-        ],
-        "backups": [],
-        "mode": "ranked",
-    }
-
-
-class _DropsEvery(http.server.BaseHTTPRequestHandler):
-    """Serves Range requests but cuts every response after ``limit`` body bytes
-    (a flaky path or proxy)."""
+class _Scripted(http.server.BaseHTTPRequestHandler):
+    """HEAD and GET both answered by ``_serve``; quiet."""
 
     protocol_version = "HTTP/1.1"
-    limit = 256 * 1024
-    data = b""
 
     def log_message(self, format: str, *args: Any) -> None:
         return
@@ -58,6 +38,17 @@ class _DropsEvery(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self._serve(body=True)
+
+    def _serve(self, body: bool) -> None:
+        raise NotImplementedError
+
+
+class _DropsEvery(_Scripted):
+    """Serves Range requests but cuts every response after ``limit`` body bytes
+    (a flaky path or proxy)."""
+
+    limit = 256 * 1024
+    data = b""
 
     def _serve(self, body: bool) -> None:
         size, start = len(self.data), 0
@@ -90,19 +81,8 @@ def test_a_lone_mirror_that_keeps_dropping_but_makes_progress_finishes(
     assert s.mirrors[0].failures >= 8
 
 
-class _ErrorPage(http.server.BaseHTTPRequestHandler):
+class _ErrorPage(_Scripted):
     """Answers every request with a small HTML page and 200, whatever was asked."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-    def do_HEAD(self) -> None:
-        self._serve(body=False)
-
-    def do_GET(self) -> None:
-        self._serve(body=True)
 
     def _serve(self, body: bool) -> None:
         page = b"<html><body>mirror under maintenance</body></html>"
@@ -115,7 +95,8 @@ class _ErrorPage(http.server.BaseHTTPRequestHandler):
 
 
 def test_an_error_page_of_another_size_is_refused_before_a_byte_is_written(
-    tmp_path: Path, http_servers: Any, http_mirror: Any, canned_coordinator: Any
+    tmp_path: Path, http_servers: Any, http_mirror: Any, canned_coordinator: Any,
+    equal_plan: Any,
 ) -> None:
     data = os.urandom(1_500_000)
     root = tmp_path / "www"
@@ -123,7 +104,7 @@ def test_an_error_page_of_another_size_is_refused_before_a_byte_is_written(
     (root / "f.bin").write_bytes(data)
     bad = http_servers(_ErrorPage)
     good = http_mirror(root)
-    coord = canned_coordinator(200, _plan(data, [f"{bad}/f.bin", f"{good}f.bin"]))
+    coord = canned_coordinator(200, equal_plan(data, [f"{bad}/f.bin", f"{good}f.bin"]))
     target = tmp_path / "f.bin"
     s = download("f.bin", coordinator=coord.url, output=target, config=FAST,
                  access_bandwidth_bps=None)
@@ -137,11 +118,12 @@ def test_an_error_page_of_another_size_is_refused_before_a_byte_is_written(
 
 
 def test_a_download_that_fails_verification_is_reported(
-    tmp_path: Path, ftp_mirrors: Any, canned_coordinator: Any
+    tmp_path: Path, ftp_mirrors: Any, canned_coordinator: Any, equal_plan: Any
 ) -> None:
     data = os.urandom(600_000)
     m = ftp_mirrors({"f.bin": data}, 2)
-    coord = canned_coordinator(200, _plan(data, [x.url("f.bin") for x in m], sha256="0" * 64))
+    coord = canned_coordinator(200, equal_plan(data, [x.url("f.bin") for x in m], sha256="0" * 64,
+                                                request_id="req-9"))
     with pytest.raises(VerificationFailed):
         download("f.bin", coordinator=coord.url, output=tmp_path / "f.bin", config=FAST,
                  access_bandwidth_bps=None)
@@ -153,10 +135,12 @@ def test_a_download_that_fails_verification_is_reported(
 
 
 def test_a_download_no_mirror_could_serve_is_reported(
-    tmp_path: Path, ftp_mirrors: Any, canned_coordinator: Any, closed_port_url: str
+    tmp_path: Path, ftp_mirrors: Any, canned_coordinator: Any, closed_port_url: str,
+    equal_plan: Any,
 ) -> None:
     data = os.urandom(300_000)
-    coord = canned_coordinator(200, _plan(data, [closed_port_url.replace("http", "ftp") + "/f"]))
+    dead = closed_port_url.replace("http", "ftp") + "/f"
+    coord = canned_coordinator(200, equal_plan(data, [dead]))
     with pytest.raises(NoMirrorCouldServe):
         download("f.bin", coordinator=coord.url, output=tmp_path / "f.bin", config=FAST,
                  access_bandwidth_bps=None)
@@ -245,31 +229,8 @@ def test_an_untrusted_https_mirror_is_refused_at_once_with_a_hint(
     assert json.loads(proc.stdout)["sha256_verified"] is True and out.read_bytes() == data
 
 
-@pytest.fixture
-def mute_server():
-    """A TCP server that accepts connections and never says a word."""
-    import socket
-    import threading
-
-    listener = socket.create_server(("127.0.0.1", 0))
-    held: list = []
-
-    def accept() -> None:
-        while True:
-            try:
-                held.append(listener.accept())
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield listener.getsockname()[1]
-    listener.close()
-    for conn, _ in held:
-        conn.close()
-
-
 def test_a_mirror_that_never_sends_a_byte_does_not_hold_the_last_piece(
-    tmp_path: Path, ftp_mirrors: Any, mute_server: int
+    tmp_path: Path, ftp_mirrors: Any, silent_server: int
 ) -> None:
     """The real entry point, a mirror that accepts and never answers first (the
     even start gives it the first block) beside a slow good one (3 MB at 1 MB/s).
@@ -286,7 +247,7 @@ def test_a_mirror_that_never_sends_a_byte_does_not_hold_the_last_piece(
     pftp = Path(sys.executable).with_name("pftp")
     started = time.monotonic()
     proc = subprocess.run(
-        [str(pftp), "get", "--mirror", f"ftp://127.0.0.1:{mute_server}/f.bin", "--mirror", good,
+        [str(pftp), "get", "--mirror", f"ftp://127.0.0.1:{silent_server}/f.bin", "--mirror", good,
          "--sha256", hashlib.sha256(data).hexdigest(), "--stall-timeout", "3", "-o", str(out),
          "--quiet", "--json", "--no-discovery"],
         capture_output=True, text=True, timeout=180, env=env,
