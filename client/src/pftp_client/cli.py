@@ -208,6 +208,12 @@ def get(
         settings = load_settings()
     except SettingsError as exc:
         raise _fail(EXIT_USAGE, str(exc)) from exc
+    if settings.unknown and not quiet:
+        from pftp_client.settings import KNOWN_KEYS
+
+        print(f"pftp: warning: {settings.source}: unknown setting(s) "
+              f"{', '.join(settings.unknown)} ignored (known: {', '.join(KNOWN_KEYS)})",
+              file=sys.stderr)
     coordinators: list[str] = []
     if (name and not mirrors) or (name and (coordinator or settings.coordinators)):
         coordinators = [coordinator] if coordinator else list(settings.coordinators)

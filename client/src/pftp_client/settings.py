@@ -33,6 +33,10 @@ class ClientSettings:
     stall_timeout: float = 15.0
     domain: str | None = None
     source: str = "defaults"
+    unknown: list[str] = field(default_factory=list)  # keys of the file nobody reads
+
+
+KNOWN_KEYS = ("coordinator", "access_bandwidth", "timeout", "stall_timeout", "domain")
 
 
 def config_path(env: Mapping[str, str] = os.environ) -> Path:
@@ -86,6 +90,8 @@ def load_settings(env: Mapping[str, str] = os.environ, path: Path | None = None)
             stall_timeout=_number(raw, "stall_timeout", 15.0, path),
             domain=domain,
             source=str(path),
+            # (a typo such as "timout" would otherwise be ignored without a word)
+            unknown=sorted(k for k in raw if k not in KNOWN_KEYS),
         )
     if env.get("PFTP_ACCESS_BANDWIDTH"):
         _check_bandwidth(env["PFTP_ACCESS_BANDWIDTH"], "PFTP_ACCESS_BANDWIDTH")

@@ -120,3 +120,13 @@ def test_the_terminal_display_shows_names_as_text(tmp_path):
     text = out.getvalue()
     assert "report [draft].bin" in text and "see [/x] here" in text
     assert "done" in text  # the last frame shows how the mirror ended
+
+
+def test_an_unknown_config_key_is_named_not_ignored_silently(tmp_path, ftp_mirrors):
+    data = os.urandom(5_000)
+    m = ftp_mirrors({"f.bin": data})[0]
+    r = _run(tmp_path, "get", "--mirror", m.url("f.bin"), "-o", str(tmp_path / "f.bin"),
+             config="timout = 5\n")
+    assert r.returncode == 0, r.stderr
+    assert "unknown setting(s) timout ignored" in r.stderr and "timeout" in r.stderr
+    assert (tmp_path / "f.bin").read_bytes() == data
