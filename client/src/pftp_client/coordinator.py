@@ -82,10 +82,12 @@ def _post(url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
     reply) or ValueError (not an http(s) URL)."""
     import http.client
 
+    from pftp_client.settings import coordinator_url_ok
+
+    if not coordinator_url_ok(url):
+        raise ValueError(f"not an http:// or https:// URL: {url!r}")
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    if scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http:// or https:// URL: {url!r}")
     conn: http.client.HTTPConnection
     if scheme == "https":
         conn = http.client.HTTPSConnection(

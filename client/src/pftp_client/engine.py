@@ -467,20 +467,17 @@ class DownloadEngine:
         return EngineResult(
             done=self.done.copy(),
             owners=self.owners.runs(),
-            mirrors=self._final_stats(),
+            mirrors=self.final_stats(),
             events=list(self.events),
             duplicate_bytes=self.duplicate_bytes,
             refetched_bytes=self.refetched_bytes,
         )
 
     def final_stats(self) -> list[MirrorStats]:
-        """Per-mirror figures as of now, also after a failed run (its report)."""
-        return self._final_stats()
-
-    def _final_stats(self) -> list[MirrorStats]:
-        """Per-mirror figures as of now. Flow threads may still be finishing their
-        last request (run does not wait for them): count its time so far, call a
-        flow that was working "done", and hand out copies they will not change."""
+        """Per-mirror figures as of now (also after a failed run: its report).
+        Flow threads may still be finishing their last request (run does not wait
+        for them): count its time so far, call a flow that was working "done", and
+        hand out copies they will not change."""
         now = self._clock()
         out: list[MirrorStats] = []
         with self._lock:
@@ -1331,10 +1328,11 @@ class DownloadEngine:
                             return None
                         self._lock.wait(0.01 if self._lead_phase == "probing" else 0.25)
                         continue
-                rng = self._untaken_range(flow)
+                stalled = self._stalled_idle(flow)
+                rng = self._untaken_range(flow, stalled)
                 if rng is not None:
                     return self._new_lane(flow, "normal", *rng)
-                move = None if flow.from_zero or self._stalled_idle(flow) else self._plan_tail(flow)
+                move = None if flow.from_zero or stalled else self._plan_tail(flow)
                 if isinstance(move, Steal):
                     return self._new_lane(flow, "normal", *self._steal(flow, move))
                 if isinstance(move, Duplicate):
@@ -1362,17 +1360,15 @@ class DownloadEngine:
             return True
         return self._start_backup()  # (one that has not been asked yet)
 
-    def _untaken_range(self, flow: Flow) -> tuple[int, int] | None:
+    def _untaken_range(self, flow: Flow, stalled: bool = False) -> tuple[int, int] | None:
         """Lock held: work nobody fetches, in the order a flow takes it: its own
-        queue, its share of the pool, then a range queued for another flow. A flow
-        whose last range ended in a stall (rate 0) takes nothing from others while
-        a flow that moves data is left: the pool may be its own remainder, just
-        handed over (rate 0 would take it whole, tail.pool_share)."""
+        queue, its share of the pool, then a range queued for another flow. A
+        ``stalled`` flow (_stalled_idle) takes nothing from others: the pool may be
+        its own remainder, just handed over (rate 0 would take it whole,
+        tail.pool_share)."""
         own = flow.initial.pop_first()
-        if own is not None:
+        if own is not None or stalled:
             return own
-        if self._stalled_idle(flow):
-            return None
         return self._pool_share(flow) or self._take_unstarted()
 
     def _stalled_idle(self, flow: Flow) -> bool:

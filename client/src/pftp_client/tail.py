@@ -223,8 +223,10 @@ def plan_duplicate(
     if remaining <= 0 or remaining > budget_left:
         return None
     if victim.rate is not None and victim.rate <= 0:
-        # (no byte for long, engine._lane_rate: any flow beats it, even one whose
-        # own rate has lapsed while it waited idle)
+        # (no byte for long, engine._lane_rate: any flow that is not stalled itself
+        # beats it, as in plan_steal)
+        if thief_rate is not None and thief_rate <= 0:
+            return None
         return Duplicate(victim.lane_id, victim.reserved, victim.end)
     if thief_rate is None or thief_rate <= 0 or victim.rate is None:
         return None
