@@ -21,12 +21,14 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 # Only the standard library and the light client modules are imported up front:
 # start-up time is part of every download's time. download() imports the engine
 # while the mirrors answer the size probe; the exceptions it may raise are told
 # apart by module (_exit_code) so that the CLI does not import them first.
 from pftp_client.downloader import UsageError, download
+from pftp_client.launch import DownloadPhases, Terminated, catch_signals, result_shown
 from pftp_client.progress import choose_progress
 from pftp_client.settings import SettingsError, load_settings
 
@@ -185,6 +187,27 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not look for a coordinator by DNS SRV / broadcast",
     )
+    get.add_argument(
+        "--plot",
+        default=None,
+        metavar="PATH",
+        help="write an SVG chart of each mirror's throughput over time to PATH (- : stdout), "
+        "also when the download fails",
+    )
+    plot = sub.add_parser(
+        "plot",
+        help="chart a download's throughput per mirror (SVG) from its --json summary",
+        description="Write an SVG chart of each mirror's throughput over time, with the "
+        "mirrors' events, from the summary `pftp get --json` printed.",
+        formatter_class=_HelpFormatter,
+    )
+    plot.add_argument(
+        "summary", metavar="SUMMARY.json", help="the output of `pftp get --json` (- : stdin)"
+    )
+    plot.add_argument(
+        "--output", "-o", default=None, metavar="PATH",
+        help="the SVG file (default: the summary's path with .svg for .json; - : stdout)",
+    )
     return parser
 
 
@@ -201,9 +224,19 @@ def get(
     restart: bool = False,
     stall_timeout: float | None = None,
     no_discovery: bool = False,
+    plot: str | None = None,
 ) -> None:
     """Download NAME via the coordinator, or the file behind --mirror URLs."""
     mirrors = list(mirror or [])
+    if plot is not None:
+        # (before the download: not after ten minutes of it)
+        problem = (
+            "--plot - and --json would both write to stdout" if plot == "-" and json_out
+            else None if plot == "-" else _plot_path_problem(plot)
+        )
+        if problem is not None:
+            _json_failure(json_out, EXIT_USAGE, problem)
+            raise _fail(EXIT_USAGE, problem)
     try:
         settings = load_settings()
     except SettingsError as exc:
@@ -221,7 +254,8 @@ def get(
             from pftp_client.discovery import discover_coordinators
 
             coordinators = discover_coordinators(domain=settings.domain)
-    progress = choose_progress(quiet, json_out)
+    # (Ctrl-C raises KeyboardInterrupt only while the engine runs: launch.py)
+    progress = DownloadPhases(choose_progress(quiet, json_out))
     try:
         summary = download(
             name,
@@ -241,10 +275,13 @@ def get(
         _json_failure(json_out, EXIT_USAGE, str(exc))
         raise _fail(EXIT_USAGE, str(exc)) from exc
     except KeyboardInterrupt as exc:
+        progress.finish(None)  # (if the download did not: a second Ctrl-C ends us at once)
         why = "terminated" if isinstance(exc, Terminated) else "interrupted"
         code = EXIT_TERMINATED if why == "terminated" else EXIT_INTERRUPTED
-        _json_failure(json_out, code, f"{why}; run the same command again to resume")
-        print(f"pftp: {why}; run the same command again to resume", file=sys.stderr)
+        message = f"{why}; run the same command again to resume"
+        _json_failure(json_out, code, message, exc)
+        _plot_failure(plot, code, message, exc, quiet)
+        print(f"pftp: {message}", file=sys.stderr)
         raise CliExit(code) from exc
     except Exception as exc:
         code = _exit_code(exc)
@@ -252,28 +289,147 @@ def get(
             raise
         resumable = _is(exc, "control_file", "ResumeMismatch")
         hint = " (use --restart to discard it)" if resumable else ""
-        _json_failure(json_out, code, f"{exc}{hint}")
+        _json_failure(json_out, code, f"{exc}{hint}", exc)
+        _plot_failure(plot, code, f"{exc}{hint}", exc, quiet)
         raise _fail(code, f"{exc}{hint}") from exc
+    out = summary.to_json_dict() if json_out or plot is not None else {}
     if json_out:
-        import json
-
         # one write: with PYTHONUNBUFFERED, json.dump writes every token on its own
-        sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
+        sys.stdout.write(_json_text(out) + "\n")
+        result_shown()  # (a Ctrl-C now adds no failure object: launch.py)
         sys.stdout.flush()
+    if plot is not None:
+        problem = _write_plot(plot, out)
+        if problem is not None:  # (the file is in place; the chart asked for is not)
+            raise _fail(EXIT_USAGE, problem)
+        if not quiet:
+            print(f"pftp: throughput plot written to {plot}", file=sys.stderr)
 
 
-def _json_failure(json_out: bool, code: int, message: str) -> None:
-    """With --json, a failed download still leaves one JSON object on stdout: the
-    exit code and the message (which names each mirror's reason)."""
+def _failure(code: int, message: str, exc: BaseException | None) -> dict[str, Any]:
+    """What --json prints for a failed download: the exit code and the message
+    (which names each mirror's reason), and the timeline when transfers ran."""
+    from pftp_client.transports.base import redacted
+
+    out: dict[str, Any] = {"error": redacted(message), "exit_code": code}
+    timeline = getattr(exc, "timeline", None)
+    if timeline is not None:
+        out["timeline"] = timeline.to_json_dict()
+    return out
+
+
+def _json_failure(
+    json_out: bool, code: int, message: str, exc: BaseException | None = None
+) -> None:
+    """With --json, a failed download still leaves one JSON object on stdout."""
     if json_out:
-        import json
-
-        from pftp_client.transports.base import redacted
-
-        sys.stdout.write(
-            json.dumps({"error": redacted(message), "exit_code": code}, indent=2) + "\n"
-        )
+        sys.stdout.write(_json_text(_failure(code, message, exc)) + "\n")
+        result_shown()
         sys.stdout.flush()
+
+
+def _plot_failure(
+    plot: str | None, code: int, message: str, exc: BaseException, quiet: bool
+) -> None:
+    """--plot after a failed download, when the transfers had begun (a warning if
+    it cannot be written: the download's own exit code stands)."""
+    if plot is None or getattr(exc, "timeline", None) is None:
+        return
+    problem = _write_plot(plot, _failure(code, message, exc))
+    if problem is not None:
+        print(f"pftp: warning: {problem}", file=sys.stderr)
+    elif not quiet:
+        print(f"pftp: throughput plot written to {plot}", file=sys.stderr)
+
+
+def _json_text(obj: dict[str, Any]) -> str:
+    """json.dumps(obj, indent=2), but each mirror's bins of the timeline on one
+    line (indent=2 would give each of thousands of numbers a line)."""
+    import json
+
+    tl = obj.get("timeline")
+    if not isinstance(tl, dict) or not isinstance(tl.get("mirrors"), dict):
+        return json.dumps(obj, indent=2)
+    nonce = os.urandom(8).hex()  # (no mirror name or detail can guess it)
+    rows = {f"@bins-{nonce}-{i}": bins for i, bins in enumerate(tl["mirrors"].values())}
+    tokens = iter(rows)
+    mirrors = {name: next(tokens) for name in tl["mirrors"]}
+    text = json.dumps({**obj, "timeline": {**tl, "mirrors": mirrors}}, indent=2)
+    for token, bins in rows.items():
+        text = text.replace(f'"{token}"', json.dumps(bins), 1)
+    return text
+
+
+def _plot_path_problem(path: str, option: str = "--plot") -> str | None:
+    """Why the chart could not be written to ``path``, or None."""
+    p = os.path.expanduser(path)
+    if os.path.isdir(p):
+        return f"{option} {path} is a directory; give a file name such as " \
+            f"{p.rstrip('/')}/plot.svg"
+    parent = os.path.dirname(p) or "."
+    if not os.path.isdir(parent):
+        return f"{option} {path}: no directory {parent}"
+    if not os.access(parent, os.W_OK) or (os.path.exists(p) and not os.access(p, os.W_OK)):
+        return f"{option} {path}: not writable"
+    return None
+
+
+def _write_plot(path: str, summary: dict[str, Any]) -> str | None:
+    """Write the chart of ``summary`` (a --json dict) to ``path``; the problem if
+    it could not be written, else None."""
+    from pftp_client.plot_svg import svg_from_summary
+
+    return _write_svg(path, svg_from_summary(summary))
+
+
+def _write_svg(path: str, svg: str) -> str | None:
+    if path == "-":
+        sys.stdout.write(svg)
+        sys.stdout.flush()
+        return None
+    try:
+        with open(os.path.expanduser(path), "w", encoding="utf-8") as f:
+            f.write(svg)
+    except OSError as exc:
+        return f"cannot write the plot to {path}: {exc.strerror or exc}"
+    return None
+
+
+def plot_summary(summary: str, output: str | None = None) -> None:
+    """``pftp plot SUMMARY.json [-o OUT.svg]``."""
+    import json
+
+    from pftp_client.plot_svg import svg_from_summary
+
+    src = "standard input" if summary == "-" else summary
+    try:
+        if summary == "-":
+            text = sys.stdin.read()
+        else:
+            with open(os.path.expanduser(summary), encoding="utf-8") as f:
+                text = f.read()
+    except OSError as exc:
+        raise _fail(EXIT_USAGE, f"cannot read {src}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise _fail(EXIT_USAGE, f"{src} is not JSON (not UTF-8 text); give the output "
+                    "of `pftp get --json`") from exc
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise _fail(EXIT_USAGE, f"{src} is not JSON ({exc}); give the output of "
+                    "`pftp get --json`") from exc
+    try:
+        svg = svg_from_summary(data)
+    except ValueError as exc:
+        raise _fail(EXIT_USAGE, f"cannot plot {src}: {exc}") from exc
+    if output is None:
+        stem, ext = os.path.splitext(summary)
+        output = "-" if summary == "-" else (stem if ext == ".json" else summary) + ".svg"
+    problem = (_plot_path_problem(output, "-o") if output != "-" else None) or _write_svg(
+        output, svg
+    )
+    if problem is not None:
+        raise _fail(EXIT_USAGE, problem)
 
 
 def _is(exc: BaseException, module: str, name: str) -> bool:
@@ -308,27 +464,19 @@ def run(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     opts = vars(args)
-    opts.pop("command")
+    command = opts.pop("command")
     try:
-        get(**opts)
+        if command == "plot":
+            plot_summary(**opts)
+        else:
+            get(**opts)
     except CliExit as exc:
         return exc.code
     return EXIT_OK
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a service manager, `kill`): ended like Ctrl-C, so the control file
-    is saved and the download resumes; exit 143 as a process killed by it."""
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise Terminated
-
-
 def main() -> None:
-    import signal
-
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    catch_signals()  # (launch.main did already; `python -c "...cli import main"` did not)
     _exit(run())
 
 

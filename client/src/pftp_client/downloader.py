@@ -139,7 +139,8 @@ def _load_run_modules() -> None:
     import pftp_client.part_file
     import pftp_client.pieces
     import pftp_client.ranges
-    import pftp_client.summary  # noqa: F401
+    import pftp_client.summary
+    import pftp_client.timeline  # noqa: F401
 
 
 class _CaptureCheck:
@@ -371,7 +372,9 @@ def download(
     way, so the engine module loads while the mirrors are probed.
 
     Raises UsageError, CoordinatorError, ResumeMismatch, NoMirrorCouldServe,
-    VerificationFailed (see cli.py for the exit codes they map to).
+    VerificationFailed (see cli.py for the exit codes they map to). An exception
+    raised once the transfers began (Ctrl-C included) carries what they did as
+    ``exc.timeline`` (timeline.Timeline, as ``summary.timeline``).
     """
     notes: list[str] = []
 
@@ -898,6 +901,7 @@ def _run_locked(
     from pftp_client.pieces import PieceGrid, choose_piece_size
     from pftp_client.ranges import RangeOwners, RangeSet
     from pftp_client.summary import DownloadSummary, MirrorEvent
+    from pftp_client.timeline import Timeline, TimelineSampler
     from pftp_client.validators import ValidatorBook
 
     ident = plan.file
@@ -1015,6 +1019,16 @@ def _run_locked(
     ticker = threading.Thread(target=tick, name="pftp-progress", daemon=True)
     if progress is not None:
         ticker.start()
+    # Throughput per mirror over time (timeline.py), on every download: a copy of
+    # the counters every 0.25 s on its own thread, nothing in the data path. Timed
+    # from the download's start (a head start's bytes came before the engine's).
+    sampler = TimelineSampler(
+        lambda: [(s.name, s.received) for s in engine.snapshot()[1]],
+        lambda: time.monotonic() - t0,
+    )
+    engine_start_s = time.monotonic() - t0 - engine.elapsed()
+    sampler.start()
+    timeline: Timeline | None = None
     summary: DownloadSummary | None = None
     # fsync overlaps the final hash (finalize's own fsync then finds little to flush)
     syncer = threading.Thread(target=part.sync, name="pftp-fsync", daemon=True)
@@ -1034,6 +1048,14 @@ def _run_locked(
             ticker_stop.set()
             if ticker.is_alive():
                 ticker.join()
+            timeline = sampler.stop(
+                [(s.name, s.received) for s in
+                 (result.mirrors if result is not None else engine.snapshot()[1])],
+                list(engine.events),
+                engine_start_s,
+            )
+            log.debug("timeline: %d samples, %.1f ms of CPU", sampler.samples,
+                      sampler.cpu_s * 1e3)
             if session is not None:
                 # Every byte is in: a detection round or capture drain in progress
                 # cannot change anything, so do not wait for it (~0.1 s).
@@ -1097,7 +1119,7 @@ def _run_locked(
                     MirrorEvent(
                         "corrupt",
                         mirror,
-                        time.monotonic() - t0,
+                        engine.elapsed(),  # (the engine's clock, as its own events)
                         f"{nbytes} bytes differed from the other mirrors",
                     )
                 )
@@ -1127,14 +1149,20 @@ def _run_locked(
             access_bandwidth_bps=access_bw,
             notes=notes,
             congestion=congestion_info,
+            timeline=timeline.with_events(events),
         )
-    except (NoMirrorCouldServe, VerificationFailed, ResumeMismatch):
-        if coordinator is not None:
+    except BaseException as exc:
+        if coordinator is not None and isinstance(
+            exc, NoMirrorCouldServe | VerificationFailed | ResumeMismatch
+        ):
             # The coordinator most needs to hear of the mirrors that failed or served
             # bad bytes, so that it stops assigning them.
             mirrors = result.mirrors if result is not None else engine.final_stats()
             _report(coordinator, _failed_summary(plan, target, mirrors, t0, access_bw,
                                                   coordinator), say)
+        if timeline is not None:
+            # what the transfers did, for a plot of the failure (cli: --plot)
+            exc.timeline = timeline  # type: ignore[attr-defined]
         raise
     finally:
         hasher.close()

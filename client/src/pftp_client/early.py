@@ -44,6 +44,7 @@ _WITH_VALUE = {
     "--coordinator",
     "--sha256",
     "--stall-timeout",
+    "--plot",
 }
 _FLAGS = {"--quiet", "-q", "--json", "--restart", "--no-discovery"}
 # While the probes run, the main thread imports (CPU-bound, holding the GIL). A

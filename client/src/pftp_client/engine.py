@@ -51,6 +51,7 @@ from pftp_client.plan import MirrorSource, Plan
 from pftp_client.ranges import MAX_ROUNDS, ROUND_BLOCK_BYTES, RangeOwners, RangeSet, deal_in_rounds
 from pftp_client.rate import RateMeter
 from pftp_client.slow_server import FlowProgress, find_slow_flows, reduced_portion
+from pftp_client.streams import StreamTrial, gained, loss_share, merge_stream_stats
 from pftp_client.summary import EventKind, MirrorEvent, MirrorStats
 from pftp_client.tail import (
     Duplicate,
@@ -203,6 +204,30 @@ class EngineConfig:
     overlap: bool = True
     overlap_margin: float = 1.0
     overlap_retry_s: float = 0.05
+    # Extra connections to a mirror whose one connection cannot fill its path
+    # (streams.py): up to max_streams per mirror, tried one at a time while the
+    # flows carry less than access_full of a known access link, on a flow whose
+    # data connection saw at least stream_loss_share of its segments out of order
+    # over a monitor round, stream_warm_s after its range's first byte, with at
+    # least stream_min_left_s of its range left at its rate. Kept when the mirror's
+    # flows then carry stream_gain times what they did over the monitor round
+    # before, measured once the extra connection has run stream_judge_s (and
+    # stream_judge_rtts round trips) since its first byte. Lab, 20 Mbit/s 30 ms
+    # away: a flow with 1 % loss saw 12-30 % of its segments out of order, the
+    # others under 0.5 % (a tail's cuts, a shaper's queue). Only on paths of at
+    # least stream_min_rtt_s: one connection's window there must be large to fill
+    # the path, and loss keeps it small (Mathis: the rate goes as 1 / RTT), while
+    # on a LAN a few segments fill it. Short shaped paths with BBR senders showed
+    # 30-50 % out of order (the shaper's queue drops BBR's probes), trials that
+    # gained nothing and cost ~1 % (heterogeneous, selection-table1).
+    max_streams: int = 4
+    stream_min_rtt_s: float = 0.01
+    stream_loss_share: float = 0.01
+    stream_warm_s: float = 1.5
+    stream_min_left_s: float = 3.0
+    stream_gain: float = 1.25
+    stream_judge_s: float = 0.75
+    stream_judge_rtts: float = 6.0
 
 
 LaneKind = Literal["normal", "duplicate", "repair"]
@@ -277,6 +302,14 @@ class Flow:
     # only when no flow that can ask for ranges is left (_run_lane, _next_work).
     from_zero: bool = False
     last_error: str = ""
+    # An extra connection to another flow's mirror (streams.py): that flow's id.
+    # It shares the mirror's name (owners, blame, events, the report) and is hidden
+    # from the congestion detector and the slow-server rule.
+    stream_of: str | None = None
+    no_more_work: bool = False  # finish the lane in progress, then stop
+    ooo_mark: tuple[int, int] | None = None  # its data connection's counters lately
+    rx_mark: tuple[float, int] | None = None  # (clock, bytes received) a round ago
+    round_Bps: float | None = None  # bytes/s over the last monitor round
 
     def rate_estimate(self, now: float) -> float | None:
         r = self.rate.rate(now)
@@ -410,6 +443,9 @@ class DownloadEngine:
         # Built once the flows run (see run): creating it loads numpy, which would
         # otherwise delay the first byte by a few hundred milliseconds.
         self._detector_factory = detector_factory
+        self._stream_trial: StreamTrial | None = None
+        self._no_streams: set[str] = set()  # mirrors an extra connection did not help
+        self._stream_ids = itertools.count(2)
 
     # --- public -----------------------------------------------------------------------
 
@@ -481,19 +517,30 @@ class DownloadEngine:
         now = self._clock()
         out: list[MirrorStats] = []
         with self._lock:
-            by_name = {f.stats.name: f for f in self.flows.values()}
+            by_name = {f.stats.name: f for f in self.flows.values() if f.stream_of is None}
             for st in self.stats:
-                copy = st.copy()
-                f = by_name.get(st.name)
-                if f is not None and f.fetch_started is not None and f.stats is st:
-                    copy.seconds += now - f.fetch_started
-                if f is not None and f.steady_s > 0:
-                    # (over whole intervals: a lossy path's stalls are part of its rate)
-                    copy.steady_bps = 8 * f.steady_bytes / f.steady_s
+                copy = self._stats_now(st, by_name.get(st.name), now)
+                for extra in self._streams_of(st.name):
+                    merge_stream_stats(copy, self._stats_now(extra.stats, extra, now))
                 if self._finished and copy.state not in _FINAL_STATES:
                     copy.state = "done"
                 out.append(copy)
         return out
+
+    @staticmethod
+    def _stats_now(st: MirrorStats, f: Flow | None, now: float) -> MirrorStats:
+        """Lock held: a copy of a flow's figures with the fetch in progress counted."""
+        copy = st.copy()
+        if f is not None and f.fetch_started is not None and f.stats is st:
+            copy.seconds += now - f.fetch_started
+        if f is not None and f.steady_s > 0:
+            # (over whole intervals: a lossy path's stalls are part of its rate)
+            copy.steady_bps = 8 * f.steady_bytes / f.steady_s
+        return copy
+
+    def _streams_of(self, mirror: str) -> list[Flow]:
+        """Lock held: the extra connections (streams.py) to this mirror."""
+        return [f for f in self.flows.values() if f.stream_of == mirror]
 
     def abort(self, exc: BaseException) -> None:
         with self._lock:
@@ -508,17 +555,32 @@ class DownloadEngine:
     def snapshot(self) -> tuple[int, list[MirrorStats]]:
         """(bytes done, per-mirror stats) for the progress display."""
         with self._lock:
-            return self.done.total(), [s.copy() for s in self.stats]
+            out = []
+            for st in self.stats:
+                copy = st.copy()
+                for extra in self._streams_of(st.name):
+                    merge_stream_stats(copy, extra.stats)
+                out.append(copy)
+            return self.done.total(), out
 
     def rates(self) -> dict[str, float | None]:
         now = self._clock()
+        out: dict[str, float | None] = {}
         with self._lock:
-            return {f.id: f.rate.rate(now) if f.lane else None for f in self.flows.values()}
+            for f in self.flows.values():
+                r = f.rate.rate(now) if f.lane else None
+                name = f.mirror.name  # (an extra connection counts for its mirror)
+                have = out.get(name)
+                out[name] = r if have is None else have + (r or 0.0)
+            return out
 
     # FlowControl (flow_observer.py): the congestion detector's handle.
     def active_flows(self) -> list[str]:
         with self._lock:
-            return [f.id for f in self.flows.values() if f.alive and f.lane is not None]
+            return [
+                f.id for f in self.flows.values()
+                if f.alive and f.lane is not None and f.stream_of is None
+            ]
 
     def aggregate_bps(self) -> float | None:
         """All flows together, bits/s over the last two seconds."""
@@ -606,6 +668,7 @@ class DownloadEngine:
                                   f"({short})")
                         break
                     if self._park(flow, why, kind="parked"):
+                        self._wind_down_streams(fid)
                         dropped.append(fid)
                         break
             return dropped
@@ -622,6 +685,7 @@ class DownloadEngine:
                 if reason == "congested":
                     if spare == 0:
                         if self._park(flow):
+                            self._wind_down_streams(fid)
                             dropped.append(fid)
                         continue
                     spare -= 1
@@ -633,6 +697,8 @@ class DownloadEngine:
                                    f"{self.cfg.access_bps / 1e6:.1f} Mbit/s access)")
                 self._event("congested" if reason == "congested" else "failed", flow, detail)
                 self._retire(flow, "congested" if reason == "congested" else "dropped")
+                for extra in self._streams_of(fid):
+                    self._retire(extra, "congested" if reason == "congested" else "dropped")
                 dropped.append(fid)
                 self._start_backup()
             self._lock.notify_all()
@@ -1144,6 +1210,149 @@ class DownloadEngine:
             return False
         return sum(rates) >= self.cfg.top_up_covered * access_bps
 
+    # --- extra connections to a mirror (streams.py) -----------------------------------
+
+    def _try_stream(self, now: float) -> None:
+        """Lock held, every monitor round: read each flow's loss (out-of-order
+        segments on its data connection) and, while the flows leave room on a known
+        access link and no other extra connection is on probation, give the
+        lossiest flow that qualifies a second connection to its mirror."""
+        shares: dict[str, float] = {}
+        for f in self.flows.values():
+            if f.rx_mark is not None and now > f.rx_mark[0]:
+                f.round_Bps = (f.stats.received - f.rx_mark[1]) / (now - f.rx_mark[0])
+            f.rx_mark = (now, f.stats.received)
+            ask = getattr(f.fetcher, "out_of_order", None) if f.alive else None
+            counts = ask() if ask is not None else None
+            if counts is None:
+                f.ooo_mark = None
+                continue
+            share = loss_share(f.ooo_mark, counts)
+            f.ooo_mark = counts
+            if share is not None:
+                shares[f.id] = share
+                if share >= self.cfg.stream_loss_share:
+                    self._log(f"{f.id}: {share:.1%} of its segments out of order")
+        access = self.cfg.access_bps
+        agg = self._aggregate.rate(now)
+        if (
+            self.cfg.max_streams <= 1
+            or self._stream_trial is not None
+            or not access
+            or agg is None
+            or agg * 8 >= self.cfg.access_full * access
+            or self._lead_phase != "off"
+            or self._parkings
+            or self._finished
+        ):
+            return
+        best: tuple[float, Flow] | None = None
+        for fid, share in shares.items():
+            f = self.flows[fid]
+            mirror = f.stream_of or f.id
+            lane = f.lane
+            if (
+                share < self.cfg.stream_loss_share
+                or mirror in self._no_streams
+                or mirror in self.bad_mirrors
+                or 1 + len(self._streams_of(mirror)) >= self.cfg.max_streams
+                or f.parked or f.standby or f.no_more_work or f.cancel.is_set()
+                or lane is None or lane.kind != "normal" or lane.shadow is not None
+                or f.next_lane is not None
+                or lane.first_byte is None or now - lane.first_byte < self.cfg.stream_warm_s
+                or self._path_rtt(f) < self.cfg.stream_min_rtt_s
+            ):
+                continue
+            if best is None or share > best[0]:
+                best = (share, f)
+        if best is None:
+            return
+        share, f = best
+        assert f.lane is not None
+        lane = f.lane
+        rate = f.round_Bps
+        if not rate:
+            return
+        floor = self._cut_floor(lane)
+        left = lane.owned_end - max(lane.reserved, floor)
+        if left < rate * self.cfg.stream_min_left_s:
+            return
+        split = self.grid.align_up(max(floor, lane.reserved) + left // 2)
+        if split >= lane.owned_end:
+            return
+        mirror = f.stream_of or f.id
+        before = sum(g.round_Bps or 0.0 for g in self.flows.values()
+                     if g.mirror.name == f.mirror.name and g.alive)
+        end = lane.owned_end
+        lane.end.lower_to(split)
+        lane.owned_end = split
+        extra = self._start_stream(
+            self.flows[mirror], split, end,
+            f"{share:.1%} of its segments out of order at {rate * 8 / 1e6:.2f} Mbit/s; "
+            f"takes [{split}, {end})",
+        )
+        self._stream_trial = StreamTrial(
+            mirror, extra.id, now, before,
+            {g.id: g.stats.received for g in self.flows.values()
+             if g.mirror.name == f.mirror.name},
+        )
+        self._lock.notify_all()
+
+    def _start_stream(self, parent: Flow, start: int, end: int, why: str) -> Flow:
+        """Lock held: another connection to ``parent``'s mirror, its first range
+        [start, end) (cut from one of that mirror's flows)."""
+        fid = f"{parent.id}#{next(self._stream_ids)}"
+        stats = MirrorStats(name=parent.mirror.name, url=parent.mirror.url,
+                            role=parent.stats.role, state="connecting")
+        flow = Flow(id=fid, mirror=parent.mirror, stats=stats, stream_of=parent.id)
+        flow.initial = RangeSet([(start, end)])
+        self.flows[fid] = flow
+        self._event("stream", flow, f"another connection: {why}")
+        flow.thread = threading.Thread(
+            target=self._flow_main, args=(flow,), name=f"pftp-flow-{fid}", daemon=True
+        )
+        flow.thread.start()
+        return flow
+
+    def _judge_stream(self, now: float) -> None:
+        """Lock held, every monitor round: once the extra connection on probation
+        has run a while, the mirror's flows must carry stream_gain times what they
+        did before it. Each flow's rate counts from the trial's start, the extra
+        connection's from its first byte (its slow start is counted: a margin)."""
+        trial = self._stream_trial
+        if trial is None:
+            return
+        extra = self.flows[trial.stream]
+        first = extra.lane.first_byte if extra.lane is not None else None
+        if not extra.alive or extra.cancel.is_set() or (
+            first is None and now - trial.at > self.cfg.timeout
+        ):
+            self._stream_trial = None
+            self._no_streams.add(trial.mirror)
+            return
+        rtt = self._path_rtt(extra)
+        if first is None or now - first < max(self.cfg.stream_judge_s,
+                                              self.cfg.stream_judge_rtts * rtt):
+            return
+        after = extra.stats.received / (now - first)
+        for f in self.flows.values():
+            if f is not extra and f.mirror.name == extra.mirror.name:
+                after += (f.stats.received - trial.received.get(f.id, 0)) / (now - trial.at)
+        self._stream_trial = None
+        figures = f"{trial.before_Bps * 8 / 1e6:.2f} -> {after * 8 / 1e6:.2f} Mbit/s"
+        if gained(trial.before_Bps, after, self.cfg.stream_gain):
+            self._log(f"{trial.stream}: kept ({figures})")
+            return
+        self._no_streams.add(trial.mirror)
+        extra.no_more_work = True
+        self._event("stream", extra, f"no gain ({figures}): ends with its range")
+
+    def _wind_down_streams(self, mirror: str) -> None:
+        """Lock held: the mirror's flow was parked; its extra connections finish
+        the range they have and take no more."""
+        for extra in self._streams_of(mirror):
+            extra.no_more_work = True
+
     def _start_backup(self, why: str = "") -> bool:
         """Start the next unused backup mirror (caller holds the lock); ``why`` for
         its event when it is not standing in for a flow that failed or was slow."""
@@ -1196,7 +1405,10 @@ class DownloadEngine:
     # --- flows ------------------------------------------------------------------------
 
     def _flow_main(self, flow: Flow) -> None:
-        for obs in list(self.observers):
+        # (an extra connection's arrivals are its mirror's path again: the
+        # congestion detector would find the two sharing it)
+        observers = list(self.observers) if flow.stream_of is None else []
+        for obs in observers:
             self._notify(obs, "flow_started", flow.id, flow.mirror.name)
         try:
             if self._stands_by(flow):
@@ -1215,8 +1427,9 @@ class DownloadEngine:
             self.abort(exc)
         finally:
             self._drop_fetcher(flow)
-            for obs in list(self.observers):
-                self._notify(obs, "flow_ended", flow.id)
+            for obs in observers:
+                if obs in self.observers:
+                    self._notify(obs, "flow_ended", flow.id)
             with self._lock:
                 flow.alive = False
                 if flow.stats.state not in _FINAL_STATES:
@@ -1302,6 +1515,12 @@ class DownloadEngine:
                 if queued is not None:
                     flow.lane = queued
                     return queued
+                if flow.no_more_work:
+                    for s, e in list(flow.initial):
+                        self.pool.add(s, e)  # (not begun: someone else's now)
+                    flow.initial = RangeSet()
+                    self._lock.notify_all()
+                    return None
                 if flow.from_zero and self._range_flows_left(flow):
                     flow.stats.state = "standby"
                     if self._check_stuck():
@@ -1309,7 +1528,7 @@ class DownloadEngine:
                     self._lock.wait(0.25)
                     continue
                 for job in list(self.repairs):
-                    if flow.id not in job.avoid:
+                    if flow.mirror.name not in job.avoid:
                         self.repairs.remove(job)
                         s, e = self.grid.bounds(job.piece)
                         lane = self._new_lane(flow, "repair", s, e)
@@ -1869,7 +2088,7 @@ class DownloadEngine:
                     self._lock.notify_all()
         flow.rate.add(m, now)
         self._aggregate.add(m, now)
-        for obs in self.observers:
+        for obs in self.observers if flow.stream_of is None else ():
             try:
                 obs.on_receive(flow.id, arrival_ns, len(data))
             except Exception as exc:
@@ -1890,7 +2109,7 @@ class DownloadEngine:
             ):
                 flow.overlap_tried = now
             self.done.add(offset, offset + m)
-            self.owners.set(offset, offset + m, flow.id)
+            self.owners.set(offset, offset + m, flow.mirror.name)
             flow.stats.bytes += m
             for i in self.grid.touching(offset, offset + m):
                 s, e = self.grid.bounds(i)
@@ -1965,8 +2184,9 @@ class DownloadEngine:
         flow = self.flows.get(mirror)
         if flow is not None:
             self._event("corrupt", flow, why)
-            if flow.alive:
-                self._retire(flow, "corrupt")
+        for f in [flow, *self._streams_of(mirror)]:
+            if f is not None and f.alive:
+                self._retire(f, "corrupt")
         for job in self.repairs:
             job.avoid.add(mirror)
         self._start_backup()
@@ -1985,9 +2205,9 @@ class DownloadEngine:
         hashes = self.plan.file.piece_sha256
         assert hashes is not None
         if sha256_of_buffer(lane.buffer) != hashes[index]:
-            job.avoid.add(flow.id)
+            job.avoid.add(flow.mirror.name)
             self.repairs.append(job)
-            self._blame(flow.id, f"repair of piece {index} failed its SHA-256 too")
+            self._blame(flow.mirror.name, f"repair of piece {index} failed its SHA-256 too")
             return
         # Who was wrong: compare each suspect's run with the good copy.
         for rs, re_, owner in self.owners.query(s, e):
@@ -1999,7 +2219,7 @@ class DownloadEngine:
         self.part.pwrite(memoryview(lane.buffer), s)
         lane.buffer = None
         self.done.add(s, e)
-        self.owners.set(s, e, flow.id)
+        self.owners.set(s, e, flow.mirror.name)
         flow.stats.bytes += e - s
         self._commit(s, e)
 
@@ -2053,7 +2273,7 @@ class DownloadEngine:
             self._lock.notify_all()
 
     def _event(self, kind: EventKind, flow: Flow, detail: str) -> None:
-        ev = MirrorEvent(kind, flow.id, self._clock() - self._t0, detail)
+        ev = MirrorEvent(kind, flow.mirror.name, self._clock() - self._t0, detail)
         self.events.append(ev)
         if kind not in flow.stats.events:
             flow.stats.events.append(kind)
@@ -2111,6 +2331,7 @@ class DownloadEngine:
                         continue
                     if lane.first_byte is None:
                         continue  # still connecting: not slow, just not started
+                    streamed = f.stream_of is not None or bool(self._streams_of(f.id))
                     last = ticks.get(f.id)
                     ticks[f.id] = (lane.id, f.stats.received, now)
                     if last is not None and last[0] == lane.id and last[2] >= f.warm_until:
@@ -2121,7 +2342,9 @@ class DownloadEngine:
                     left = lane.owned_end - lane.reserved
                     current[f.id] = (lane.id, f.stats.bytes, left)
                     before = prev.get(f.id)
-                    if before is not None and before[0] == lane.id:
+                    # (a mirror's connections each carry a share of its path: the
+                    # rule would read them as slow mirrors; the tail moves balance them)
+                    if before is not None and before[0] == lane.id and not streamed:
                         got = f.stats.bytes - before[1]
                         # (a steal in the interval shortened the portion it had then)
                         progress.append(FlowProgress(f.id, got, min(before[2], got + left)))
@@ -2162,5 +2385,7 @@ class DownloadEngine:
                     self._start_backup()
                     self._lock.notify_all()
                 self._top_up(now)
+                self._judge_stream(now)
+                self._try_stream(now)
                 for f in self.flows.values():
                     self._keep_spare(f, now)

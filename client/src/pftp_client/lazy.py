@@ -4,11 +4,12 @@ reaches its first connect before the engine, hashing and detector modules load."
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
-from importlib import import_module
 
+# Nothing else up front: the package's __init__ imports this module before the
+# entry point's first line (launch.main), where Ctrl-C is not handled yet.
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from typing import Any
 
 
@@ -19,12 +20,14 @@ def lazy_attributes(
 
     ``where`` maps each public name to the module that defines it; a name is
     imported on its first use and then kept in the module's globals."""
-    namespace = import_module(module).__dict__
+    namespace = sys.modules[module].__dict__  # (the module calling this, loading)
 
     def __getattr__(name: str) -> Any:
         source = where.get(name)
         if source is None:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        from importlib import import_module
+
         value = getattr(import_module(source), name)
         namespace[name] = value
         return value

@@ -28,9 +28,17 @@ def human_bytes(n: float) -> str:
 
 
 def human_rate(bytes_per_s: float | None) -> str:
+    """A download rate as every display shows it: bytes per second in the binary
+    units of the sizes beside it ("11.9 MiB/s"; README, "the client")."""
     if bytes_per_s is None:
         return "-"
-    return f"{bytes_per_s * 8 / 1e6:.1f} Mbit/s"
+    return f"{human_bytes(bytes_per_s)}/s"
+
+
+def total_rate(mirrors: Sequence[MirrorStats], rates: dict[str, float | None]) -> float | None:
+    """The sum of the rates the mirror table shows (bytes/s); None: none known yet."""
+    known = [r for m in mirrors if (r := rates.get(m.name)) is not None]
+    return sum(known) if known else None
 
 
 class QuietProgress:
@@ -80,7 +88,8 @@ class PlainProgress(QuietProgress):
         self._last = now
         pct = 100 * done / size if size else 100.0
         per = ", ".join(f"{m.name} {m.state} {human_rate(rates.get(m.name))}" for m in mirrors)
-        self._print(f"pftp: {pct:5.1f}% {human_bytes(done)} in {elapsed:.0f}s [{per}]")
+        total = human_rate(total_rate(mirrors, rates))
+        self._print(f"pftp: {pct:5.1f}% {human_bytes(done)} in {elapsed:.0f}s, {total} [{per}]")
 
     def finish(self, summary: DownloadSummary | None) -> None:
         if summary is not None:
@@ -99,7 +108,6 @@ class RichProgress(QuietProgress):
             Progress,
             TextColumn,
             TimeRemainingColumn,
-            TransferSpeedColumn,
         )
         from rich.table import Table
 
@@ -107,8 +115,10 @@ class RichProgress(QuietProgress):
         self._bar = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
+            DownloadColumn(binary_units=True),  # (MiB, as the table: not rich's MB)
+            # the table's rates summed, formatted as the table's (not rich's own MB/s
+            # estimate over a 30 s window)
+            TextColumn("{task.fields[rate]}", markup=False),
             TimeRemainingColumn(),
             console=self.console,
         )
@@ -122,7 +132,7 @@ class RichProgress(QuietProgress):
         from rich.markup import escape
 
         # (names and paths are text, not markup: "[draft]" is part of a file name)
-        self._task = self._bar.add_task(escape(name), total=size or 1)
+        self._task = self._bar.add_task(escape(name), total=size or 1, rate=human_rate(None))
         self._live = Live(Group(self._bar, self._table), console=self.console, refresh_per_second=4)
         self._live.start()
 
@@ -138,7 +148,9 @@ class RichProgress(QuietProgress):
             return
         from rich.console import Group
 
-        self._bar.update(self._task, completed=done)
+        self._bar.update(
+            self._task, completed=done, rate=human_rate(total_rate(mirrors, rates))
+        )
         self._live.update(Group(self._bar, self._mirror_table(mirrors, rates)))
 
     @staticmethod
@@ -165,7 +177,8 @@ class RichProgress(QuietProgress):
             if summary is not None and self._task is not None:
                 from rich.console import Group
 
-                self._bar.update(self._task, completed=summary.size or 1)
+                self._bar.update(self._task, completed=summary.size or 1,
+                                 rate=human_rate(average_rate(summary)))
                 # the last frame stays on screen: show how each mirror ended
                 # (its last update may be up to 0.5 s old: "fetching", fewer bytes)
                 final = {m.name: m.rate_bps / 8 for m in summary.mirrors}
@@ -182,15 +195,20 @@ class RichProgress(QuietProgress):
         self.console.print(Text.assemble(("pftp:", "yellow"), " ", text))
 
 
+def average_rate(s: DownloadSummary) -> float:
+    """Bytes per second over the download (this run's bytes: not the resumed ones)."""
+    return (s.size - s.resumed_bytes) / s.seconds if s.seconds > 0 else 0.0
+
+
 def render_summary_line(s: DownloadSummary) -> str:
-    rate = 8 * (s.size - s.resumed_bytes) / s.seconds / 1e6 if s.seconds > 0 else 0.0
     check = "SHA-256 verified" if s.sha256_verified else "no SHA-256 known to check against"
     per = "; ".join(
-        f"{m.name}: {human_bytes(m.bytes)} {m.rate_bps / 1e6:.1f} Mbit/s"
+        f"{m.name}: {human_bytes(m.bytes)} {human_rate(m.rate_bps / 8)}"  # (rate_bps: bits)
         + (f" ({','.join(m.events)})" if m.events else "")
         for m in s.mirrors
     )
-    head = f"pftp: {s.path}: {human_bytes(s.size)} in {s.seconds:.1f}s ({rate:.1f} Mbit/s)"
+    head = (f"pftp: {s.path}: {human_bytes(s.size)} in {s.seconds:.1f}s "
+            f"({human_rate(average_rate(s))})")
     return f"{head}, {check}. {per}"
 
 

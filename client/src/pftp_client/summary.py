@@ -4,11 +4,14 @@ display, the library caller and the report to the coordinator."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from pftp_client.timeline import Timeline
 
 EventKind = Literal[
     "slow", "failed", "retry", "congested", "corrupt", "backup", "stolen", "duplicate",
-    "parked", "resumed", "no-ranges", "from-zero",
+    "parked", "resumed", "no-ranges", "from-zero", "stream",
 ]
 
 
@@ -94,6 +97,9 @@ class DownloadSummary:
     # "events": [{"at_s", "mirrors", "kept", "dropped", "source", "confidence",
     # "packets", ...}]}; source None = not attached (off, one mirror, own detector)
     congestion: dict[str, Any] = field(default_factory=dict)
+    # bytes received per mirror over time, with the events (timeline.py); None when
+    # no transfer ran (or for the report of a failed download)
+    timeline: Timeline | None = None
 
     @property
     def fetched_bytes(self) -> int:
@@ -118,4 +124,7 @@ class DownloadSummary:
             ev["at_s"] = round(ev["at_s"], 3)
             ev["detail"] = redacted(ev["detail"])
         out["notes"] = [redacted(n) for n in out["notes"]]
+        # last: the longest part, and a reader that cuts the text keeps the rest
+        del out["timeline"]
+        out["timeline"] = self.timeline.to_json_dict() if self.timeline is not None else None
         return out

@@ -54,7 +54,12 @@ from pftp_client.transports.base import (
     TransientError,
     Vet,
 )
-from pftp_client.transports.window import committed_bytes, received_bytes, smoothed_rtt
+from pftp_client.transports.window import (
+    committed_bytes,
+    out_of_order_counts,
+    received_bytes,
+    smoothed_rtt,
+)
 
 __all__ = ["FtpFetcher", "FtpReply", "FtpTarget", "ftp_target", "parse_epsv", "parse_pasv"]
 
@@ -851,6 +856,18 @@ class FtpFetcher:
         active = self._active
         got = self._ask_data_socket(active, received_bytes)
         return None if active is None or got is None else active[1] + got
+
+    def out_of_order(self) -> tuple[int, int] | None:
+        """(segments out of order, segments) on the running transfer's data
+        connection so far (window.out_of_order_counts); None when no transfer runs
+        or the kernel does not say. Thread-safe (the engine's monitor asks)."""
+        active = self._active
+        if active is None:
+            return None
+        try:
+            return out_of_order_counts(active[0])
+        except (OSError, ValueError):
+            return None
 
     @staticmethod
     def _ask_data_socket(

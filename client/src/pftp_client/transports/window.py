@@ -25,13 +25,21 @@ import socket
 import struct
 import termios
 
-__all__ = ["committed_bytes", "queued_bytes", "received_bytes", "smoothed_rtt"]
+__all__ = [
+    "committed_bytes",
+    "out_of_order_counts",
+    "queued_bytes",
+    "received_bytes",
+    "smoothed_rtt",
+]
 
 # struct tcp_info: tcpi_rcv_rtt (microseconds, the receiver's own RTT estimate) and
 # tcpi_rcv_wnd (Linux >= 6.2, after tcpi_snd_wnd at offset 228).
 _TCPI_RTT_OFFSET = 68  # tcpi_rtt: the smoothed RTT of what we sent (microseconds)
 _TCPI_RCV_RTT_OFFSET = 92
 _TCPI_BYTES_RECEIVED_OFFSET = 128  # u64, Linux >= 4.1
+_TCPI_DATA_SEGS_IN_OFFSET = 152  # u32, Linux >= 4.6
+_TCPI_RCV_OOOPACK_OFFSET = 224  # u32, Linux >= 5.4
 _TCPI_RCV_WND_OFFSET = 232
 _TCP_INFO_LEN = 240
 # In flight = rate x RTT when the sender is window- or cwnd-bound; the margin
@@ -61,6 +69,18 @@ def received_bytes(sock: socket.socket) -> int | None:
     what the application has read, it does not lag when the reading thread waits
     for the CPU. Raises OSError on a closed socket."""
     return _field(_tcp_info(sock), _TCPI_BYTES_RECEIVED_OFFSET, "Q")
+
+
+def out_of_order_counts(sock: socket.socket) -> tuple[int, int] | None:
+    """(data segments that arrived out of order, data segments received) on this
+    connection so far (``tcpi_rcv_ooopack``, ``tcpi_data_segs_in``); None where the
+    kernel does not report them. A segment arrives out of order after a loss (it
+    waits in the queue until the retransmission fills the hole), so their share is
+    the receiver's view of the path's loss. Raises OSError on a closed socket."""
+    info = _tcp_info(sock)
+    ooo = _field(info, _TCPI_RCV_OOOPACK_OFFSET, "I")
+    segs = _field(info, _TCPI_DATA_SEGS_IN_OFFSET, "I")
+    return None if ooo is None or segs is None else (ooo, segs)
 
 
 def smoothed_rtt(sock: socket.socket) -> float | None:
