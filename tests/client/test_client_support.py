@@ -75,11 +75,13 @@ def test_control_file_roundtrip_and_identity(tmp_path):
 
 def test_settings_from_file_and_env(tmp_path):
     cfg = tmp_path / "client.toml"
-    cfg.write_text('coordinator = "http://c:8000"\naccess_bandwidth = "50M"\nstall_timeout = 7\n')
+    cfg.write_text('coordinator = "http://c:8000"\naccess_bandwidth = "50M"\nstall_timeout = 7\n'
+                   "max_connections = 2\n")
     s = load_settings({"PFTP_CLIENT_CONFIG": str(cfg)})
     assert (
         s.coordinators == ["http://c:8000"] and s.access_bandwidth == "50M" and s.stall_timeout == 7
     )
+    assert s.max_connections == 2 and not s.unknown
     s = load_settings({"PFTP_CLIENT_CONFIG": str(cfg), "PFTP_COORDINATOR": "http://env:1"})
     assert s.coordinators[0] == "http://env:1"
     cfg.write_text("timeout = -1\n")

@@ -14,8 +14,19 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
-from pftp_client.streams import gained, loss_share, merge_stream_stats
+from pftp_client.streams import (
+    burst_bytes,
+    gained,
+    idle_share,
+    loss_share,
+    merge_stream_stats,
+    needed_gain,
+    others_kept,
+    steady,
+    streams_to_add,
+)
 from pftp_client.summary import MirrorStats
 from pftp_lab import Lab, MirrorSpec, make_file
 
@@ -42,6 +53,76 @@ def test_loss_share_restarts_on_a_new_data_connection() -> None:
 def test_an_extra_connection_pays_only_with_the_gain_asked_for() -> None:
     assert gained(4.5e6 / 8, 9e6 / 8, 1.25)
     assert not gained(18e6 / 8, 18.1e6 / 8, 1.25)
+
+
+def _arrivals(times_s: list[float] | np.ndarray, size: int = 1448) -> tuple[np.ndarray, np.ndarray]:
+    t = (np.asarray(times_s) * 1e9).astype(np.int64)
+    return t, np.full(t.size, size, dtype=np.int64)
+
+
+def test_a_connection_at_its_bottlenecks_pace_is_never_idle() -> None:
+    # 20 Mbit/s: a segment every 0.58 ms for a second, with a little jitter
+    rng = np.random.default_rng(1)
+    gaps = np.full(1700, 1448 * 8 / 20e6) * rng.uniform(0.5, 1.5, 1700)
+    t, n = _arrivals(np.cumsum(gaps))
+    assert idle_share(t, n, 0) == pytest.approx(0.0, abs=0.02)
+    # 1 Mbit/s: a segment every 11.6 ms (bins widen with the gaps)
+    t, n = _arrivals(np.arange(100) * 1448 * 8 / 1e6)
+    assert idle_share(t, n, 0) == pytest.approx(0.0, abs=0.02)
+
+
+def test_a_connection_whose_server_pauses_between_bursts_is_idle_most_of_the_time() -> None:
+    # 64 KiB bursts at 1 Gbit/s (45 segments, 12 us apart) every 64 ms: a
+    # server holding the connection to 1 MB/s
+    bursts = [k * 0.064 + i * 12e-6 for k in range(16) for i in range(45)]
+    t, n = _arrivals(bursts)
+    idle = idle_share(t, n, 0)
+    assert idle is not None and idle > 0.6  # 20 ms bins, one in three holds a burst
+    # only the arrivals since the round's start count
+    assert idle_share(t, n, int(0.9 * 1e9)) is None  # too few left to say
+    later = idle_share(t, n, int(0.3 * 1e9))
+    assert later is not None and later > 0.6
+
+
+def test_what_a_receive_that_waited_returned() -> None:
+    # 16 receives waited and returned 64 KiB each: a server's bursts
+    assert burst_bytes((4, 4 * 1448), (20, 4 * 1448 + 16 * 65536)) == 65536
+    assert burst_bytes((4, 100), (6, 200)) is None  # too few to say
+    assert burst_bytes((900, 10**6), (10, 14480)) == 1448  # a new fetcher's counters
+
+
+def test_a_rate_that_changed_is_not_steady() -> None:
+    t, n = _arrivals(np.arange(200) * 0.005)  # 1448 B every 5 ms for a second
+    assert steady(t, n, 0)
+    slowed = np.concatenate([np.arange(150) * 0.002, 0.3 + np.arange(50) * 0.015])
+    t, n = _arrivals(slowed)  # 0.3 s at 5.8 Mbit/s, then 0.75 s at 0.77
+    assert not steady(t, n, 0)
+    assert not steady(t[:2], n[:2], 0)  # nothing to compare
+
+
+def test_how_many_connections_to_try_at_once() -> None:
+    assert streams_to_add(None, 1, 4) == 1  # loss alone: one at a time
+    assert streams_to_add(0.35, 1, 4) == 1
+    assert streams_to_add(0.6, 1, 4) == 1  # busy 40 %: about 2.5 times
+    assert streams_to_add(0.8, 1, 4) == 3  # busy a fifth: 5 times, 4 in all at most
+    assert streams_to_add(0.8, 3, 4) == 1
+    assert streams_to_add(0.9, 4, 4) == 0
+    assert streams_to_add(None, 1, 8, burst=True) == 7  # whole bursts at once: the limit
+    assert streams_to_add(None, 6, 8, burst=True) == 2
+
+
+def test_the_gain_asked_for_shrinks_as_connections_add_less() -> None:
+    assert needed_gain(1, 1, 1.25) == pytest.approx(1.25)
+    assert needed_gain(1, 3, 1.25) == pytest.approx(1.75)
+    assert needed_gain(2, 1, 1.25) == pytest.approx(1.125)
+    assert needed_gain(4, 1, 1.25) == pytest.approx(1.1)  # never under noise
+
+
+def test_a_gain_taken_from_the_other_mirrors_does_not_count() -> None:
+    # access link full at 10 MB/s: the mirror went 2 -> 4, the others 8 -> 6
+    assert not others_kept(8e6, 6e6, 2e6)
+    # the others held (noise aside): the gain was the path's
+    assert others_kept(8e6, 7.8e6, 2e6)
 
 
 def test_an_extra_connections_figures_count_for_its_mirror() -> None:
@@ -73,20 +154,26 @@ def cubic_allowed() -> Iterator[None]:
         ALLOWED.write_text(before)
 
 
-def _download(lab: Lab, tmp_path: Path, digest: str) -> dict:
+def _download(lab: Lab, tmp_path: Path, digest: str, *, http: bool = False,
+              access: str | None = "1G", extra: tuple[str, ...] = ()) -> dict:
     out = tmp_path / "out" / "data.bin"
     out.parent.mkdir()
     out.parent.chmod(0o777)
+    m = lab.mirror(0)
     argv = [sys.executable, "-m", "pftp_client.cli", "get",
-            "--mirror", lab.mirror(0).ftp_url("data.bin"),
-            "--no-discovery", "--sha256", digest, "-o", str(out), "--quiet", "--json"]
-    env = {**os.environ, "PFTP_ACCESS_BANDWIDTH": "1G", "XDG_CACHE_HOME": str(out.parent)}
+            "--mirror", m.http_url("data.bin") if http else m.ftp_url("data.bin"),
+            "--no-discovery", "--sha256", digest, "-o", str(out), "--quiet", "--json", *extra]
+    env = {**os.environ, "XDG_CACHE_HOME": str(out.parent)}
+    env.pop("PFTP_ACCESS_BANDWIDTH", None)
+    if access:
+        env["PFTP_ACCESS_BANDWIDTH"] = access
     proc = lab.popen_in("client", argv, env=env, stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE, text=True)
     stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 0, stderr[-2000:]
     summary = json.loads(stdout)
-    assert summary["sha256_verified"] and out.stat().st_size == SIZE
+    assert summary["sha256_verified"]
+    assert out.stat().st_size == (tmp_path / "data.bin").stat().st_size
     return summary
 
 
@@ -99,6 +186,11 @@ def _run_lossy(tmp_path: Path, cc: str) -> dict:
         lab.run_in(lab.mirror(0), ["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={cc}"],
                    check=True)
         return _download(lab, tmp_path, digest)
+
+
+def _events(summary: dict, kind: str, starting: str = "") -> list[str]:
+    return [e["detail"] for e in summary["events"]
+            if e["kind"] == kind and e["detail"].startswith(starting)]
 
 
 def _stream_events(summary: dict) -> tuple[list[str], list[str]]:
@@ -135,3 +227,85 @@ def test_an_extra_connection_that_does_not_pay_takes_no_more_work(tmp_path: Path
     assert summary["mirrors"][0]["bytes"] == SIZE
     assert len(started) <= 1  # no second trial after one that did not pay
     assert len(ended) == len(started)
+
+
+# --- a server that holds each connection to a rate ---------------------------------------
+
+LIMIT = 1_000_000  # bytes/s per connection
+
+
+def _run_limited(tmp_path: Path, kind: str, *, http: bool = False,
+                 max_per_ip: int | None = None, extra: tuple[str, ...] = (),
+                 size: int = SIZE) -> dict:
+    """One mirror on a 100 Mbit/s link whose server holds each connection to
+    LIMIT (vsftpd anon_max_rate, pure-ftpd --anonymousbandwidth, nginx
+    limit_rate); the access link unknown (a mirror-only download, no setting)."""
+    src = tmp_path / "data.bin"
+    digest = make_file(src, size, seed=6)
+    spec = MirrorSpec(rate_bps=100 * MBIT, kind=kind, http=http, conn_rate_Bps=LIMIT,
+                      max_per_ip=max_per_ip, name="limited")
+    with Lab([spec], files={"data.bin": src}) as lab:
+        return _download(lab, tmp_path, digest, http=http, access=None, extra=extra)
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize(("kind", "http"), [("vsftpd", False), ("pure-ftpd", False),
+                                            ("vsftpd", True)], ids=["vsftpd", "pure-ftpd",
+                                                                    "nginx"])
+def test_a_mirror_that_limits_each_connection_gets_more_connections(
+    tmp_path: Path, kind: str, http: bool
+) -> None:
+    summary = _run_limited(tmp_path, kind, http=http)
+    started, ended = _stream_events(summary)
+    print(summary["seconds"], started, ended)
+    assert started and not ended
+    assert any("bursts of" in d or "idle" in d for d in started)
+    assert summary["mirrors"][0]["bytes"] == SIZE
+    # one connection cannot carry more than LIMIT: the others did
+    assert SIZE / summary["seconds"] > 1.5 * LIMIT
+
+
+@pytest.mark.lab
+def test_connections_a_mirror_refuses_cost_nothing_but_their_attempt(tmp_path: Path) -> None:
+    """vsftpd takes 2 connections from one address and answers "421 too many" to
+    the rest: those go at once, without retries, their ranges back to the
+    others; the mirror is not counted as failing."""
+    summary = _run_limited(tmp_path, "vsftpd", max_per_ip=2)
+    refused = _events(summary, "stream", "not taken")
+    print(summary["seconds"], refused)
+    assert refused and all("421" in d for d in refused)
+    assert not _events(summary, "failed") and not _events(summary, "retry")
+    assert summary["mirrors"][0]["bytes"] == SIZE
+    assert SIZE / summary["seconds"] > 1.3 * LIMIT  # the second connection carried its share
+
+
+@pytest.mark.lab
+def test_one_connection_per_mirror_when_asked(tmp_path: Path) -> None:
+    # (6 MiB at 1 MB/s: time for a trial, which would take 3 more)
+    summary = _run_limited(tmp_path, "vsftpd", extra=("--max-connections", "1"),
+                           size=6 * 1024 * 1024)
+    assert not _events(summary, "stream")
+    assert summary["mirrors"][0]["bytes"] == 6 * 1024 * 1024
+
+
+@pytest.mark.lab
+def test_a_connection_that_fills_its_link_gets_no_other(tmp_path: Path) -> None:
+    """A 20 Mbit/s shaped link and a server with no limit: the one connection's
+    data arrive at the link's pace, never idle; no extra connection is tried."""
+    src = tmp_path / "data.bin"
+    digest = make_file(src, SIZE // 2, seed=7)
+    with Lab([MirrorSpec(rate_bps=20 * MBIT, name="full")], files={"data.bin": src}) as lab:
+        out = tmp_path / "out" / "data.bin"
+        out.parent.mkdir()
+        out.parent.chmod(0o777)
+        argv = [sys.executable, "-m", "pftp_client.cli", "get", "--mirror",
+                lab.mirror(0).ftp_url("data.bin"), "--no-discovery", "--sha256", digest,
+                "-o", str(out), "--quiet", "--json"]
+        env = {k: v for k, v in os.environ.items() if k != "PFTP_ACCESS_BANDWIDTH"}
+        proc = lab.popen_in("client", argv, env={**env, "XDG_CACHE_HOME": str(out.parent)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-2000:]
+    summary = json.loads(stdout)
+    assert summary["sha256_verified"]
+    assert not _events(summary, "stream")

@@ -41,6 +41,17 @@ EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
 
+def _connections(text: str) -> int:
+    """argparse type: connections per mirror, 1 to 16."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= 16:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 16, not {value}")
+    return value
+
+
 def _positive_seconds(text: str) -> float:
     """argparse type: a number of seconds above 0."""
     try:
@@ -183,6 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
         "config file's stall_timeout)",
     )
     get.add_argument(
+        "--max-connections",
+        type=_connections,
+        default=None,
+        metavar="N",
+        help="connections per mirror at most; more than one only to a mirror whose one "
+        "connection leaves its path idle (a per-connection rate limit, loss), and kept only "
+        "while they pay (default 8, or the config file's max_connections; 1: one each)",
+    )
+    get.add_argument(
         "--no-discovery",
         action="store_true",
         help="do not look for a coordinator by DNS SRV / broadcast",
@@ -223,6 +243,7 @@ def get(
     json_out: bool = False,
     restart: bool = False,
     stall_timeout: float | None = None,
+    max_connections: int | None = None,
     no_discovery: bool = False,
     plot: str | None = None,
 ) -> None:
@@ -269,6 +290,8 @@ def get(
             resume=not restart,
             timeout=settings.timeout,
             stall_timeout=settings.stall_timeout if stall_timeout is None else stall_timeout,
+            max_connections=(settings.max_connections if max_connections is None
+                             else max_connections),
             progress=progress,
         )
     except UsageError as exc:

@@ -352,6 +352,7 @@ def download(
     congestion: str = "auto",
     timeout: float | None = None,
     stall_timeout: float | None = None,
+    max_connections: int | None = None,
 ) -> DownloadSummary:
     """Download ``name`` (via the coordinator) or the file behind ``mirrors``.
 
@@ -370,6 +371,9 @@ def download(
     ``timeout``/``stall_timeout``: override ``config``'s (connect/reply timeout,
     seconds without data before a flow fails); the CLI passes its settings this
     way, so the engine module loads while the mirrors are probed.
+    ``max_connections``: per mirror at most (``config.max_streams``; default 8):
+    a mirror gets more than one only when its one connection leaves the path
+    idle (a per-connection rate limit, loss) and keeps them only while they pay.
 
     Raises UsageError, CoordinatorError, ResumeMismatch, NoMirrorCouldServe,
     VerificationFailed (see cli.py for the exit codes they map to). An exception
@@ -398,6 +402,11 @@ def download(
         raise UsageError("--backup needs at least one --mirror URL")
     if not name and not urls:
         raise UsageError("give a file name (with a coordinator) or at least one --mirror URL")
+    if max_connections is not None and (
+        isinstance(max_connections, bool) or not isinstance(max_connections, int)
+        or not 1 <= max_connections <= 16
+    ):
+        raise UsageError(f"max_connections must be from 1 to 16, not {max_connections!r}")
     for what, value in (("timeout", timeout), ("stall_timeout", stall_timeout)):
         if value is not None and not (isinstance(value, int | float) and 0 < value < float("inf")):
             raise UsageError(f"{what} must be a positive number of seconds, not {value!r}")
@@ -636,6 +645,8 @@ def download(
             changes["timeout"] = timeout
         if stall_timeout is not None and cfg.stall_timeout != stall_timeout:
             changes["stall_timeout"] = stall_timeout
+        if max_connections is not None and cfg.max_streams != max_connections:
+            changes["max_streams"] = max_connections
         if changes:
             cfg = dataclasses.replace(cfg, **changes)
         while True:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 # get's options that take a value (cli.build_parser), and those that do not.
 _WITH_VALUE = {
+    "--max-connections",
     "--mirror",
     "-m",
     "--backup",

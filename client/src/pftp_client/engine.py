@@ -51,7 +51,18 @@ from pftp_client.plan import MirrorSource, Plan
 from pftp_client.ranges import MAX_ROUNDS, ROUND_BLOCK_BYTES, RangeOwners, RangeSet, deal_in_rounds
 from pftp_client.rate import RateMeter
 from pftp_client.slow_server import FlowProgress, find_slow_flows, reduced_portion
-from pftp_client.streams import StreamTrial, gained, loss_share, merge_stream_stats
+from pftp_client.streams import (
+    StreamTrial,
+    burst_bytes,
+    gained,
+    idle_share,
+    loss_share,
+    merge_stream_stats,
+    needed_gain,
+    others_kept,
+    steady,
+    streams_to_add,
+)
 from pftp_client.summary import EventKind, MirrorEvent, MirrorStats
 from pftp_client.tail import (
     Duplicate,
@@ -220,9 +231,22 @@ class EngineConfig:
     # on a LAN a few segments fill it. Short shaped paths with BBR senders showed
     # 30-50 % out of order (the shaper's queue drops BBR's probes), trials that
     # gained nothing and cost ~1 % (heterogeneous, selection-table1).
-    max_streams: int = 4
+    # The other signal: a connection idle (no arrival in a bin of four of its
+    # typical gaps) at least stream_idle_share of a monitor round, its sender
+    # pausing between bursts (a per-connection rate limit; a window too small
+    # for its path), judged stream_idle_warm_s (and stream_warm_rtts round
+    # trips: slow start is bursty too) after its range's first byte, on any path
+    # and any transport. Several connections at once when it was idle most of
+    # the time (streams.streams_to_add). With the access link unknown, the gain
+    # must not come from the other mirrors (streams.others_kept).
+    max_streams: int = 8
     stream_min_rtt_s: float = 0.01
     stream_loss_share: float = 0.01
+    stream_idle_share: float = 0.3
+    stream_burst_s: float = 0.025
+    stream_burst_bytes: int = 40 * 1024
+    stream_idle_warm_s: float = 0.5
+    stream_warm_rtts: float = 10.0
     stream_warm_s: float = 1.5
     stream_min_left_s: float = 3.0
     stream_gain: float = 1.25
@@ -308,6 +332,7 @@ class Flow:
     stream_of: str | None = None
     no_more_work: bool = False  # finish the lane in progress, then stop
     ooo_mark: tuple[int, int] | None = None  # its data connection's counters lately
+    wait_mark: tuple[int, int] | None = None  # its waited receives (count, bytes) lately
     rx_mark: tuple[float, int] | None = None  # (clock, bytes received) a round ago
     round_Bps: float | None = None  # bytes/s over the last monitor round
 
@@ -445,6 +470,8 @@ class DownloadEngine:
         self._detector_factory = detector_factory
         self._stream_trial: StreamTrial | None = None
         self._no_streams: set[str] = set()  # mirrors an extra connection did not help
+        # the extra connections' arrivals (kept from the congestion detector's)
+        self._stream_timings = FlowTimings(self.cfg.ring_capacity)
         self._stream_ids = itertools.count(2)
 
     # --- public -----------------------------------------------------------------------
@@ -1213,88 +1240,142 @@ class DownloadEngine:
     # --- extra connections to a mirror (streams.py) -----------------------------------
 
     def _try_stream(self, now: float) -> None:
-        """Lock held, every monitor round: read each flow's loss (out-of-order
-        segments on its data connection) and, while the flows leave room on a known
-        access link and no other extra connection is on probation, give the
-        lossiest flow that qualifies a second connection to its mirror."""
-        shares: dict[str, float] = {}
+        """Lock held, every monitor round: read each flow's signals (segments out
+        of order on its data connection: loss; time idle between bursts: a sender
+        that pauses) and, while no other trial is on probation and the flows leave
+        room on the access link (when it is known), give the flow that shows the
+        strongest signal and qualifies more connections to its mirror."""
+        since = {f.id: f.rx_mark[0] for f in self.flows.values() if f.rx_mark is not None}
+        losses: dict[str, float] = {}
+        idles: dict[str, float] = {}
+        clumps: dict[str, float] = {}
         for f in self.flows.values():
             if f.rx_mark is not None and now > f.rx_mark[0]:
                 f.round_Bps = (f.stats.received - f.rx_mark[1]) / (now - f.rx_mark[0])
             f.rx_mark = (now, f.stats.received)
-            ask = getattr(f.fetcher, "out_of_order", None) if f.alive else None
-            counts = ask() if ask is not None else None
-            if counts is None:
+            lane = f.lane
+            if not f.alive or lane is None or lane.first_byte is None or f.id not in since:
                 f.ooo_mark = None
+                f.wait_mark = None
                 continue
-            share = loss_share(f.ooo_mark, counts)
+            ask = getattr(f.fetcher, "out_of_order", None)
+            counts = ask() if ask is not None else None
+            share = loss_share(f.ooo_mark, counts) if counts is not None else None
             f.ooo_mark = counts
             if share is not None:
-                shares[f.id] = share
+                losses[f.id] = share
                 if share >= self.cfg.stream_loss_share:
                     self._log(f"{f.id}: {share:.1%} of its segments out of order")
+            ring = self.timings if f.stream_of is None else self._stream_timings
+            times, sizes = ring.snapshot(f.id)
+            start = max(since[f.id], lane.first_byte)
+            ask_waits = getattr(f.fetcher, "waited_reads", None)
+            waits = ask_waits() if ask_waits is not None else None
+            burst = burst_bytes(f.wait_mark, waits) if waits is not None else None
+            f.wait_mark = waits
+            if not steady(times, sizes, int(start * 1e9)):
+                continue  # (a rate that changed leaves bursts and gaps too: no signal)
+            idle = idle_share(times, sizes, int(start * 1e9))
+            if burst is not None and f.round_Bps:
+                clumps[f.id] = burst / f.round_Bps
+                if burst >= self.cfg.stream_burst_bytes and clumps[f.id] >= self.cfg.stream_burst_s:
+                    self._log(f"{f.id}: bursts of {burst / 1024:.0f} KiB "
+                              f"({clumps[f.id] * 1e3:.0f} ms of its rate) at once")
+                else:
+                    del clumps[f.id]
+            if idle is not None:
+                idles[f.id] = idle
+                if idle >= self.cfg.stream_idle_share:
+                    self._log(f"{f.id}: idle {idle:.0%} of the round between bursts")
         access = self.cfg.access_bps
         agg = self._aggregate.rate(now)
         if (
             self.cfg.max_streams <= 1
             or self._stream_trial is not None
-            or not access
             or agg is None
-            or agg * 8 >= self.cfg.access_full * access
+            or (access and agg * 8 >= self.cfg.access_full * access)
             or self._lead_phase != "off"
             or self._parkings
             or self._finished
         ):
             return
-        best: tuple[float, Flow] | None = None
-        for fid, share in shares.items():
-            f = self.flows[fid]
+        best: tuple[float, str, Flow] | None = None
+        for f in self.flows.values():
+            loss = losses.get(f.id)
+            idle = idles.get(f.id)
+            by_loss = (loss is not None and loss >= self.cfg.stream_loss_share
+                       and self._path_rtt(f) >= self.cfg.stream_min_rtt_s)
+            clump = clumps.get(f.id)
+            burst = clump is not None and clump >= self.cfg.stream_burst_s
+            by_idle = burst or (idle is not None and idle >= self.cfg.stream_idle_share)
+            if not (by_loss or by_idle):
+                continue
             mirror = f.stream_of or f.id
             lane = f.lane
+            rtt = self._path_rtt(f)
+            warm = (self.cfg.stream_warm_s if not by_idle
+                    else max(self.cfg.stream_idle_warm_s, self.cfg.stream_warm_rtts * rtt))
             if (
-                share < self.cfg.stream_loss_share
-                or mirror in self._no_streams
+                mirror in self._no_streams
                 or mirror in self.bad_mirrors
                 or 1 + len(self._streams_of(mirror)) >= self.cfg.max_streams
                 or f.parked or f.standby or f.no_more_work or f.cancel.is_set()
                 or lane is None or lane.kind != "normal" or lane.shadow is not None
                 or f.next_lane is not None
-                or lane.first_byte is None or now - lane.first_byte < self.cfg.stream_warm_s
-                or self._path_rtt(f) < self.cfg.stream_min_rtt_s
+                or lane.first_byte is None or now - lane.first_byte < warm
             ):
                 continue
-            if best is None or share > best[0]:
-                best = (share, f)
+            # a sender's pauses first (they say the path takes more), then loss
+            key = (2.0 if burst else idle or 0.0) if by_idle else (loss or 0.0) - 1.0
+            if best is None or key > best[0]:
+                best = (key, "idle" if by_idle else "loss", f)
         if best is None:
             return
-        share, f = best
+        key, kind, f = best
         assert f.lane is not None
         lane = f.lane
         rate = f.round_Bps
         if not rate:
             return
+        mirror = f.stream_of or f.id
+        have = 1 + len(self._streams_of(mirror))
+        add = streams_to_add(idles.get(f.id) if kind == "idle" else None, have,
+                             self.cfg.max_streams, burst=key == 2.0)
         floor = self._cut_floor(lane)
         left = lane.owned_end - max(lane.reserved, floor)
         if left < rate * self.cfg.stream_min_left_s:
             return
-        split = self.grid.align_up(max(floor, lane.reserved) + left // 2)
-        if split >= lane.owned_end:
+        # (the flow keeps a share like each new connection's: the rest in add parts)
+        base = max(floor, lane.reserved)
+        cuts = [self.grid.align_up(base + left * i // (add + 1)) for i in range(1, add + 1)]
+        cuts = sorted({c for c in cuts if base < c < lane.owned_end})
+        if not cuts:
             return
-        mirror = f.stream_of or f.id
+        name = f.mirror.name
         before = sum(g.round_Bps or 0.0 for g in self.flows.values()
-                     if g.mirror.name == f.mirror.name and g.alive)
+                     if g.mirror.name == name and g.alive)
+        others = sum(g.round_Bps or 0.0 for g in self.flows.values()
+                     if g.mirror.name != name and g.alive and not g.parked and not g.standby)
         end = lane.owned_end
-        lane.end.lower_to(split)
-        lane.owned_end = split
-        extra = self._start_stream(
-            self.flows[mirror], split, end,
-            f"{share:.1%} of its segments out of order at {rate * 8 / 1e6:.2f} Mbit/s; "
-            f"takes [{split}, {end})",
-        )
+        lane.end.lower_to(cuts[0])
+        lane.owned_end = cuts[0]
+        if kind == "loss":
+            why = f"{losses.get(f.id, 0.0):.1%} of its segments out of order"
+        elif key == 2.0:
+            why = f"its data arrive in bursts of {clumps[f.id] * 1e3:.0f} ms of its rate at once"
+        else:
+            why = f"its connection idle {idles.get(f.id, 0.0):.0%} of the time"
+        started = []
+        for lo, hi in zip(cuts, [*cuts[1:], end], strict=True):
+            extra = self._start_stream(
+                self.flows[mirror], lo, hi,
+                f"{why} at {rate * 8 / 1e6:.2f} Mbit/s; takes [{lo}, {hi})",
+            )
+            started.append(extra.id)
         self._stream_trial = StreamTrial(
-            mirror, extra.id, now, before,
-            {g.id: g.stats.received for g in self.flows.values()
-             if g.mirror.name == f.mirror.name},
+            mirror, started, now, before,
+            {g.id: g.stats.received for g in self.flows.values()},
+            connections=have, others_Bps=others, check_others=not access, kind=kind,
         )
         self._lock.notify_all()
 
@@ -1315,37 +1396,65 @@ class DownloadEngine:
         return flow
 
     def _judge_stream(self, now: float) -> None:
-        """Lock held, every monitor round: once the extra connection on probation
-        has run a while, the mirror's flows must carry stream_gain times what they
-        did before it. Each flow's rate counts from the trial's start, the extra
-        connection's from its first byte (its slow start is counted: a margin)."""
+        """Lock held, every monitor round: once the extra connections on probation
+        have run a while, the mirror's flows must carry needed_gain times what they
+        did before them (and, with the access link unknown, not by taking it from
+        the other mirrors). Each older flow's rate counts from the trial's start,
+        a new connection's from its first byte (its slow start is counted: a
+        margin)."""
         trial = self._stream_trial
         if trial is None:
             return
-        extra = self.flows[trial.stream]
-        first = extra.lane.first_byte if extra.lane is not None else None
-        if not extra.alive or extra.cancel.is_set() or (
-            first is None and now - trial.at > self.cfg.timeout
-        ):
+        extras = [self.flows[i] for i in trial.streams]
+        live = [e for e in extras if e.alive and not e.cancel.is_set()]
+        firsts = [e.lane.first_byte for e in live if e.lane is not None]
+        waiting = len(firsts) < len(live) or None in firsts
+        if not live or (waiting and now - trial.at > self.cfg.timeout):
             self._stream_trial = None
             self._no_streams.add(trial.mirror)
+            for e in extras:
+                e.no_more_work = True
             return
-        rtt = self._path_rtt(extra)
-        if first is None or now - first < max(self.cfg.stream_judge_s,
-                                              self.cfg.stream_judge_rtts * rtt):
+        if waiting:
             return
-        after = extra.stats.received / (now - first)
-        for f in self.flows.values():
-            if f is not extra and f.mirror.name == extra.mirror.name:
-                after += (f.stats.received - trial.received.get(f.id, 0)) / (now - trial.at)
+        first = max(t for t in firsts if t is not None)
+        rtt = max(self._path_rtt(e) for e in live)
+        if now - first < max(self.cfg.stream_judge_s, self.cfg.stream_judge_rtts * rtt):
+            return
+        after = 0.0
+        others = 0.0
+        for g in self.flows.values():
+            if g.id in trial.streams:
+                lane_first = g.lane.first_byte if g.lane is not None else None
+                if lane_first is not None and now > lane_first:
+                    after += g.stats.received / (now - lane_first)
+            elif g.mirror.name == extras[0].mirror.name:
+                after += (g.stats.received - trial.received.get(g.id, 0)) / (now - trial.at)
+            elif g.id in trial.received and g.alive and not g.parked and not g.standby:
+                others += (g.stats.received - trial.received[g.id]) / (now - trial.at)
         self._stream_trial = None
-        figures = f"{trial.before_Bps * 8 / 1e6:.2f} -> {after * 8 / 1e6:.2f} Mbit/s"
-        if gained(trial.before_Bps, after, self.cfg.stream_gain):
-            self._log(f"{trial.stream}: kept ({figures})")
+        # (those the mirror refused are gone: it is judged on those it took)
+        need = needed_gain(trial.connections, len(live), self.cfg.stream_gain)
+        figures = (f"{trial.before_Bps * 8 / 1e6:.2f} -> {after * 8 / 1e6:.2f} Mbit/s "
+                   f"with {len(live)} more (needed x{need:.2f})")
+        ok = gained(trial.before_Bps, after, need)
+        if ok and trial.check_others and not others_kept(
+            trial.others_Bps, others, after - trial.before_Bps
+        ):
+            ok = False
+            figures += (f"; the other mirrors {trial.others_Bps * 8 / 1e6:.2f} -> "
+                        f"{others * 8 / 1e6:.2f} Mbit/s")
+        if ok:
+            self._log(f"{', '.join(trial.streams)}: kept ({figures})")
             return
+        # (cut, not left to finish: a path that did not grow is now split among
+        # them; what they leave goes back to the pool, for any flow)
         self._no_streams.add(trial.mirror)
-        extra.no_more_work = True
-        self._event("stream", extra, f"no gain ({figures}): ends with its range")
+        for e in extras:
+            self._event("stream", e, f"no gain ({figures}): closed, its range goes back")
+            if e.alive and not e.cancel.is_set():
+                self._retire(e, "dropped")
+        self._lock.notify_all()
 
     def _wind_down_streams(self, mirror: str) -> None:
         """Lock held: the mirror's flow was parked; its extra connections finish
@@ -1902,6 +2011,15 @@ class DownloadEngine:
                         "and only when no other mirror can serve ranges")
             self._lock.notify_all()
             return True
+        if flow.stream_of is not None and not flow.stats.received:
+            # An extra connection the mirror would not take ("421 too many
+            # connections from your address", a refused connect): no retry, no
+            # backup; its range goes back at once, the mirror gets no other.
+            self._no_streams.add(flow.stream_of)
+            self._event("stream", flow, f"not taken: {error}; its range goes back")
+            self._retire(flow, "dropped")
+            self._lock.notify_all()
+            return False
         flow.consecutive_failures += 1
         if self._lead_phase != "off" and flow.id == self._lead_name:
             self._release_standbys(f"{flow.id} failed: {error}")
@@ -1914,7 +2032,7 @@ class DownloadEngine:
         )
         # Issue 3: the unfinished remainder goes to a backup at the first failure;
         # the mirror itself may come back after its backoff and help at the tail.
-        if not flow.replaced:
+        if not flow.replaced and flow.stream_of is None:  # (its mirror's first flow does)
             flow.replaced = self._start_backup() or self._unpark_one(
                 f"{flow.id} failed and no backup is left"
             )
@@ -2088,7 +2206,7 @@ class DownloadEngine:
                     self._lock.notify_all()
         flow.rate.add(m, now)
         self._aggregate.add(m, now)
-        for obs in self.observers if flow.stream_of is None else ():
+        for obs in self.observers if flow.stream_of is None else (self._stream_timings,):
             try:
                 obs.on_receive(flow.id, arrival_ns, len(data))
             except Exception as exc:

@@ -7,6 +7,7 @@ Config file: ``$PFTP_CLIENT_CONFIG``, else ``$XDG_CONFIG_HOME/pftp/client.toml``
     access_bandwidth = "100M"        # bits/s; see access_bandwidth.py
     timeout = 30                     # seconds, connect/reply
     stall_timeout = 15               # seconds without a byte = failed flow
+    max_connections = 8              # per mirror; more than 1 only where they pay
     domain = "campus.example"        # for DNS SRV discovery
 """
 
@@ -31,12 +32,15 @@ class ClientSettings:
     access_bandwidth: str | None = None
     timeout: float = 30.0
     stall_timeout: float = 15.0
+    max_connections: int = 8
     domain: str | None = None
     source: str = "defaults"
     unknown: list[str] = field(default_factory=list)  # keys of the file nobody reads
 
 
-KNOWN_KEYS = ("coordinator", "access_bandwidth", "timeout", "stall_timeout", "domain")
+KNOWN_KEYS = (
+    "coordinator", "access_bandwidth", "timeout", "stall_timeout", "max_connections", "domain",
+)
 
 
 def config_path(env: Mapping[str, str] = os.environ) -> Path:
@@ -83,8 +87,12 @@ def load_settings(env: Mapping[str, str] = os.environ, path: Path | None = None)
         domain = raw.get("domain")
         if domain is not None and not isinstance(domain, str):
             raise SettingsError(f'{path}: domain must be a DNS name like "campus.example"')
+        conns = raw.get("max_connections", 8)
+        if isinstance(conns, bool) or not isinstance(conns, int) or not 1 <= conns <= 16:
+            raise SettingsError(f"{path}: max_connections must be a whole number from 1 to 16")
         settings = ClientSettings(
             coordinators=coords,
+            max_connections=conns,
             access_bandwidth=str(bw) if bw is not None else None,
             timeout=_number(raw, "timeout", 30.0, path),
             stall_timeout=_number(raw, "stall_timeout", 15.0, path),

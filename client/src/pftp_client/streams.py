@@ -8,20 +8,35 @@ GridFTP's parallel streams and aria2's ``-x`` exist for this. A sender that does
 not back off on random loss (BBR) carries the link with one connection, and more
 connections then only split it.
 
-So the engine tries: when the client's access link has room and a running flow's
-data connection sees segments arriving out of order (the receiver's view of loss),
-a second connection to that mirror takes the second half of the flow's range. Once
-it has run past its start, the mirror's flows together must carry ``gain`` times
-what the one did before; otherwise the extra connection finishes its range and
-takes no more work, and that mirror gets no other. These are the pure parts of that
-decision; the engine (engine._try_stream, _judge_stream) holds the state.
+The other case is a server that limits each connection's rate (vsftpd
+``anon_max_rate``, nginx ``limit_rate``, pure-ftpd ``-t``, a pyftpdlib throttled
+handler): it writes a burst and sleeps, so its data arrive in bursts with the
+connection idle between them, where a connection that fills its path's bottleneck
+is never idle. A loss-limited window on a long path does the same (a window's
+burst per round trip). ``idle_share`` reads that from the arrival times the engine
+keeps for every flow (any transport), and says how much more the path took when
+the connection was busy.
+
+So the engine tries: when a running flow's data connection sees segments arriving
+out of order (the receiver's view of loss) or sits idle between bursts, another
+connection to that mirror (more than one at once when the flow is idle most of the
+time) takes part of the flow's range. Once it has run past its start, the mirror's
+flows together must carry more than before (``needed_gain``), and, when the
+client's access link is unknown, not at the other mirrors' expense; otherwise the
+extra connections finish their ranges and take no more work, and that mirror gets
+no other. These are the pure parts of that decision; the engine
+(engine._try_stream, _judge_stream) holds the state.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pftp_client.summary import MirrorStats
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass
@@ -29,10 +44,15 @@ class StreamTrial:
     """An extra connection on probation: did the mirror's flows gain by it?"""
 
     mirror: str  # the mirror's name (its first flow's id)
-    stream: str  # the extra flow's id
-    at: float  # when it was started (engine clock)
+    streams: list[str]  # the extra flows' ids
+    at: float  # when they were started (engine clock)
     before_Bps: float  # the mirror's flows' rate over the monitor round before
-    received: dict[str, int]  # bytes each of the mirror's flows had received then
+    received: dict[str, int]  # bytes each flow (this mirror's and others') had then
+    connections: int  # the mirror's connections before the trial
+    others_Bps: float = 0.0  # the other mirrors' flows' rate over that round
+    check_others: bool = False  # access link unknown: the gain must not be theirs
+    kind: str = "loss"  # what started it: "loss" or "idle"
+    figures: dict[str, float] = field(default_factory=dict)
 
 
 def loss_share(before: tuple[int, int] | None, now: tuple[int, int]) -> float | None:
@@ -49,9 +69,121 @@ def loss_share(before: tuple[int, int] | None, now: tuple[int, int]) -> float | 
     return (ooo - ooo0) / got
 
 
+def idle_share(
+    times_ns: np.ndarray, nbytes: np.ndarray, since_ns: int,
+    min_bin_s: float = 0.02, max_bin_s: float = 0.1,
+) -> float | None:
+    """Share of the time since ``since_ns`` in which one connection received
+    nothing, from its arrival times (ns, ascending) and sizes; None with too few
+    arrivals to say.
+
+    Time is cut into bins four of the connection's typical (median) gaps between
+    arrivals wide, at least ``min_bin_s`` (links and shapers deliver in batches a
+    timer tick apart, 4 ms at 250 Hz; a reader thread waits its turn for Python's
+    interpreter up to ~5 ms: a 20 Mbit/s link's data in 5 ms bins left half of
+    them empty in the lab) and at most ``max_bin_s``, and the share of empty bins
+    between its first and last arrival is returned. A connection that
+    fills its path's bottleneck receives segment after segment at that
+    bottleneck's pace: its gaps are all alike and no such bin is empty. One
+    whose sender pauses (a server's per-connection rate limit; a loss-limited
+    window on a long path) receives in bursts, its median gap is a burst's
+    inner gap, and the pauses leave bins empty."""
+    import numpy as np
+
+    keep = times_ns >= since_ns
+    t = times_ns[keep]
+    if t.size < 40:
+        return None
+    span = (int(t[-1]) - int(t[0])) / 1e9
+    if span < 0.3:
+        return None
+    gaps = np.diff(t) / 1e9
+    width = min(max(4.0 * float(np.median(gaps)), min_bin_s), max_bin_s)
+    bins = int(span / width)
+    if bins < 10:
+        return None
+    index = np.minimum(((t - t[0]) / 1e9 / width).astype(np.int64), bins - 1)
+    return 1.0 - np.unique(index).size / bins
+
+
+def burst_bytes(before: tuple[int, int] | None, now: tuple[int, int]) -> float | None:
+    """Bytes one receive that waited for data returned, on average, between two
+    readings of a connection's (waited receives, their bytes) counters; None with
+    fewer than 3 such receives.
+
+    A receive that waits returns what arrived at once when the data came. At a
+    bottleneck's pace that is a few segments (the links' and the shaper's
+    batching: milliseconds of the connection's rate); from a server that writes
+    a burst and sleeps, the whole burst (vsftpd: 64 KiB, 65 ms of a 1 MB/s
+    limit). idle_share sees bursts that arrive over several receives; this sees
+    those that arrive in one. The engine asks for both a size (a shaper lets its
+    bucket through at once: tens of KiB) and a duration at the mean rate."""
+    w0, b0 = before if before is not None else (0, 0)
+    w, b = now
+    if w < w0 or b < b0:
+        w0, b0 = 0, 0
+    if w - w0 < 3:
+        return None
+    return (b - b0) / (w - w0)
+
+
+def steady(
+    times_ns: np.ndarray, nbytes: np.ndarray, since_ns: int, tolerance: float = 1.5
+) -> bool:
+    """Did the connection carry about as much in the second half of the time since
+    ``since_ns`` as in the first (within ``tolerance`` times either way)? A server's
+    limit holds a connection at one rate; a link whose rate just changed (a mirror
+    slowing down, a sender's queue draining) also leaves bursts and gaps behind,
+    and is no reason for more connections."""
+    keep = times_ns >= since_ns
+    t = times_ns[keep]
+    if t.size < 4:
+        return False
+    b = nbytes[keep]
+    mid = (int(t[0]) + int(t[-1])) // 2
+    first = int(b[t < mid].sum())
+    second = int(b[t >= mid].sum())
+    return first > 0 and second > 0 and max(first, second) <= tolerance * min(first, second)
+
+
+def streams_to_add(idle: float | None, have: int, most: int, burst: bool = False) -> int:
+    """How many extra connections to try at once on a mirror that has ``have``
+    (at most ``most`` in all): one, or, when its connection sat idle most of the
+    time, as many as the idle share says the path took more (busy a quarter of
+    the time: four times the rate), up to the limit; ``burst``: whole bursts
+    arrived at once, the path's rate unknown but far above the mean: the limit."""
+    room = most - have
+    if room <= 0:
+        return 0
+    if burst:
+        return room
+    if idle is None or idle < 0.5:
+        return 1
+    more = int(1.0 / max(1.0 - idle, 1e-3)) - 1
+    return max(1, min(room, more))
+
+
+def needed_gain(connections: int, added: int, gain: float) -> float:
+    """The factor by which a mirror's rate must grow for ``added`` connections to
+    ``connections`` to be kept: ``gain`` for the second connection, then a share
+    of it per connection added (each adds less to a mirror already shared among
+    more), never under 1.1 (noise)."""
+    step = (gain - 1.0) / max(connections, 1)
+    return 1.0 + max(0.1, step * added)
+
+
 def gained(before_Bps: float, after_Bps: float, gain: float) -> bool:
-    """Did the extra connection pay: the mirror's flows carry ``gain`` times more?"""
+    """Did the extra connections pay: the mirror's flows carry ``gain`` times more?"""
     return after_Bps >= gain * before_Bps
+
+
+def others_kept(
+    others_before_Bps: float, others_after_Bps: float, mirror_gain_Bps: float
+) -> bool:
+    """With the access link unknown, a mirror's gain may only be a larger share of
+    a full access link, taken from the other mirrors: kept only if they lost less
+    than half of what it gained."""
+    return others_before_Bps - others_after_Bps < 0.5 * mirror_gain_Bps
 
 
 def merge_stream_stats(into: MirrorStats, extra: MirrorStats) -> None:

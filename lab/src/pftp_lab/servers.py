@@ -59,7 +59,10 @@ def _with_anon_home(conf_dir: Path, root: Path, server: list[str]) -> list[str]:
     return ["/bin/sh", "-c", script]
 
 
-def vsftpd_argv(conf_dir: Path, root: Path, addr: str, port: int = 21) -> list[str]:
+def vsftpd_argv(
+    conf_dir: Path, root: Path, addr: str, port: int = 21, conn_rate_Bps: int | None = None,
+    max_per_ip: int | None = None,
+) -> list[str]:
     """vsftpd serving `root` anonymously, read-only, in the foreground.
 
     isolate/isolate_network=NO keep every session process in the mirror's namespace so a
@@ -90,7 +93,7 @@ def vsftpd_argv(conf_dir: Path, root: Path, addr: str, port: int = 21) -> list[s
         "port_enable": "YES",
         "connect_from_port_20": "NO",
         "max_clients": "0",
-        "max_per_ip": "0",
+        "max_per_ip": str(max_per_ip or 0),
         "idle_session_timeout": "120",
         "data_connection_timeout": "120",
         "xferlog_enable": "NO",
@@ -98,6 +101,8 @@ def vsftpd_argv(conf_dir: Path, root: Path, addr: str, port: int = 21) -> list[s
         "dirmessage_enable": "NO",
         "use_localtime": "NO",
     }
+    if conn_rate_Bps:
+        lines["anon_max_rate"] = str(int(conn_rate_Bps))
     conf.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
     conf.chmod(0o600)
     return _with_anon_home(conf_dir, root, [_tool("vsftpd"), str(conf)])
@@ -141,7 +146,10 @@ def vsftpd_plain_conf(
     }
 
 
-def pureftpd_argv(conf_dir: Path, root: Path, addr: str, port: int = 21) -> list[str]:
+def pureftpd_argv(
+    conf_dir: Path, root: Path, addr: str, port: int = 21, conn_rate_Bps: int | None = None,
+    max_per_ip: int | None = None,
+) -> list[str]:
     """pure-ftpd serving `root` anonymously, read-only, in the foreground."""
     server = [
         _tool("pure-ftpd"),
@@ -150,11 +158,13 @@ def pureftpd_argv(conf_dir: Path, root: Path, addr: str, port: int = 21) -> list
         "--anonymouscantupload",
         "--passiveportrange", f"{PASV_PORTS[0]}:{PASV_PORTS[1]}",
         "--maxclientsnumber", "500",
-        "--maxclientsperip", "500",
+        "--maxclientsperip", str(max_per_ip or 500),
         "--dontresolve",
         "--maxload", "1000",
         "--pidfile", str(conf_dir / "pure-ftpd.pid"),
     ]
+    if conn_rate_Bps:  # KB/s per session
+        server += ["--anonymousbandwidth", str(max(1, round(conn_rate_Bps / 1024)))]
     return _with_anon_home(conf_dir, root, server)
 
 
@@ -244,15 +254,24 @@ def proftpd_conf(
     return "\n".join(lines) + "\n"
 
 
-def proftpd_argv(conf_dir: Path, root: Path, addr: str, port: int = 21) -> list[str]:
+def proftpd_argv(
+    conf_dir: Path, root: Path, addr: str, port: int = 21, conn_rate_Bps: int | None = None,
+    max_per_ip: int | None = None,
+) -> list[str]:
     """proftpd serving `root` anonymously, read-only, in the foreground (-n)."""
     conf = conf_dir / "proftpd.conf"
-    conf.write_text(proftpd_conf(root, conf_dir, addr, port, PASV_PORTS))
+    extra = {"TransferRate": f"RETR {conn_rate_Bps / 1024:.1f}"} if conn_rate_Bps else {}
+    if max_per_ip:
+        extra["MaxClientsPerHost"] = str(max_per_ip)
+    conf.write_text(proftpd_conf(root, conf_dir, addr, port, PASV_PORTS, extra))
     return [_tool("proftpd", PROFTPD_PACKAGE), "-n", "-q", "-c", str(conf)]
 
 
-def nginx_argv(conf_dir: Path, root: Path, addr: str, port: int = 80) -> list[str]:
+def nginx_argv(
+    conf_dir: Path, root: Path, addr: str, port: int = 80, conn_rate_Bps: int | None = None
+) -> list[str]:
     """nginx serving `root` over HTTP (Range supported), in the foreground."""
+    limit = f"limit_rate {int(conn_rate_Bps)};" if conn_rate_Bps else ""
     binary = _tool("nginx")
     tmp = conf_dir / "nginx-tmp"
     tmp.mkdir(exist_ok=True)
@@ -279,7 +298,7 @@ http {{
     server {{
         listen {addr}:{port};
         root {root};
-        location / {{ }}
+        location / {{ {limit} }}
     }}
 }}
 """
@@ -287,11 +306,14 @@ http {{
     return [binary, "-p", str(conf_dir), "-e", str(conf_dir / "nginx-error.log"), "-c", str(conf)]
 
 
-def ftp_argv(kind: str, conf_dir: Path, root: Path, addr: str, port: int = 21) -> list[str]:
+def ftp_argv(
+    kind: str, conf_dir: Path, root: Path, addr: str, port: int = 21,
+    conn_rate_Bps: int | None = None, max_per_ip: int | None = None,
+) -> list[str]:
     if kind == "vsftpd":
-        return vsftpd_argv(conf_dir, root, addr, port)
+        return vsftpd_argv(conf_dir, root, addr, port, conn_rate_Bps, max_per_ip)
     if kind == "pure-ftpd":
-        return pureftpd_argv(conf_dir, root, addr, port)
+        return pureftpd_argv(conf_dir, root, addr, port, conn_rate_Bps, max_per_ip)
     if kind == "proftpd":
-        return proftpd_argv(conf_dir, root, addr, port)
+        return proftpd_argv(conf_dir, root, addr, port, conn_rate_Bps, max_per_ip)
     raise LabError(f"unknown FTP server kind {kind!r}; choose one of {', '.join(FTP_KINDS)}")

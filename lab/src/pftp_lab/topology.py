@@ -53,6 +53,13 @@ class MirrorSpec:
     name: str | None = None
     rtt_ms: float = 0.0
     loss: float = 0.0
+    # the servers' own limit per connection (bytes/s), as a mirror admin sets it:
+    # vsftpd anon_max_rate, pure-ftpd --anonymousbandwidth, proftpd TransferRate,
+    # nginx limit_rate. Each connection is held to it; several share the link.
+    conn_rate_Bps: int | None = None
+    # the FTP server's limit on connections from one address (vsftpd max_per_ip,
+    # pure-ftpd --maxclientsperip, proftpd MaxClientsPerHost); None: the lab's 500
+    max_per_ip: int | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,8 @@ class Mirror:
     bottleneck: str | None
     root: Path
     conf_dir: Path
+    conn_rate_Bps: int | None = None
+    max_per_ip: int | None = None
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     alive: bool = False
 
@@ -462,7 +471,8 @@ class Lab:
             self.mirrors.append(Mirror(
                 name=name, index=i, ns=mns, addr=leaf, dev=f"{p}m{i}", kind=spec.kind,
                 http=spec.http, rate_bps=spec.rate_bps, bottleneck=spec.bottleneck,
-                root=root, conf_dir=conf,
+                root=root, conf_dir=conf, conn_rate_Bps=spec.conn_rate_Bps,
+                max_per_ip=spec.max_per_ip,
             ))
 
     def _add_delay_line(self, i: int, spec: MirrorSpec, mns: str, upstream_ns: str) -> None:
@@ -505,10 +515,13 @@ class Lab:
             self.wait_ready(m)
 
     def _start_servers(self, m: Mirror) -> None:
-        m.procs = [self._spawn(m.ns, ftp_argv(m.kind, m.conf_dir, m.root, m.addr),
+        m.procs = [self._spawn(m.ns, ftp_argv(m.kind, m.conf_dir, m.root, m.addr,
+                                              conn_rate_Bps=m.conn_rate_Bps,
+                                              max_per_ip=m.max_per_ip),
                                m.conf_dir / f"{m.kind}.out")]
         if m.http:
-            m.procs.append(self._spawn(m.ns, nginx_argv(m.conf_dir, m.root, m.addr),
+            m.procs.append(self._spawn(m.ns, nginx_argv(m.conf_dir, m.root, m.addr,
+                                                        conn_rate_Bps=m.conn_rate_Bps),
                                        m.conf_dir / "nginx.out"))
         m.alive = True
 

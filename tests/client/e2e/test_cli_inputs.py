@@ -64,12 +64,21 @@ def test_a_bad_access_probe_setting_fails_before_the_download(tmp_path, ftp_mirr
         ('access_bandwidth = "abc"\n', ["access_bandwidth"]),
         ('coordinator = "not-a-url"\n', ["coordinator", "not an http"]),
         ('timeout = 5 # caf\xe9\n', ["cannot read config file"]),  # not UTF-8
+        ("max_connections = 0\n", ["max_connections must be a whole number from 1 to 16"]),
+        ("max_connections = 2.5\n", ["max_connections must be"]),
     ],
 )
 def test_a_bad_config_file_is_a_usage_error(tmp_path, config, words):
     r = _run(tmp_path, "get", "--mirror", "ftp://127.0.0.1:1/f", "-o", str(tmp_path / "f"),
              config=config)
     _usage_error(r, *words)
+
+
+@pytest.mark.parametrize("value", ["0", "17", "two"])
+def test_a_bad_max_connections_is_a_usage_error(tmp_path, value):
+    r = _run(tmp_path, "get", "--mirror", "ftp://127.0.0.1:1/f", "-o", str(tmp_path / "f"),
+             "--max-connections", value)
+    _usage_error(r, "--max-connections")
 
 
 def test_a_coordinator_url_that_is_not_one_is_a_usage_error(tmp_path):

@@ -21,6 +21,12 @@ TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
 if TYPE_CHECKING:
     from pftp_client.transports.fetcher import RangeFetcher
 
+# A receive that took longer than this found its socket empty and waited for data
+# (one that finds data queued returns in microseconds). What such receives return
+# says how the data arrive (streams.clump_s): segment by segment at a bottleneck's
+# pace, or in bursts from a sender that pauses.
+WAITED_NS = 50_000
+
 
 class TransferError(Exception):
     """Base for every transport failure; ``transient`` says whether a retry on the

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pftp_client.lazy import LazyLogger
 from pftp_client.plain_url import plain_url_parts
 from pftp_client.transports.base import (
+    WAITED_NS,
     Cancelled,
     DataSink,
     FileChanged,
@@ -543,6 +544,8 @@ class FtpFetcher:
         self.pipeline = pipeline
         self._buf = bytearray(bufsize)
         self._view = memoryview(self._buf)
+        # receives that waited for data, and the bytes they returned (waited_reads)
+        self.waits = [0, 0]
         self._ctrl: _Control | None = None
         self._epsv_refused = False
         self._size: int | None = None
@@ -856,6 +859,11 @@ class FtpFetcher:
         active = self._active
         got = self._ask_data_socket(active, received_bytes)
         return None if active is None or got is None else active[1] + got
+
+    def waited_reads(self) -> tuple[int, int]:
+        """(receives that waited for data, bytes they returned) over this
+        fetcher's life (streams.clumping reads how data arrive from them)."""
+        return self.waits[0], self.waits[1]
 
     def out_of_order(self) -> tuple[int, int] | None:
         """(segments out of order, segments) on the running transfer's data
@@ -1494,6 +1502,7 @@ class FtpFetcher:
                     # one byte more: a byte past the reported size is caught before
                     # the file's last bytes are handed over (the engine finishes then)
                     want += 1
+                called = time.monotonic_ns()
                 try:
                     if kernel_ts:
                         n, ancdata, _flags, _addr = data.recvmsg_into([view[:want]], _TS_ANCILLARY)
@@ -1513,6 +1522,9 @@ class FtpFetcher:
                 if n == 0:
                     eof = True
                     break
+                if arrival - called > WAITED_NS:
+                    self.waits[0] += 1
+                    self.waits[1] += n
                 last_byte = arrival / 1e9
                 if kernel_ts:
                     for level, kind, cdata in ancdata:

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from pftp_client.transports.base import (
+    WAITED_NS,
     Cancelled,
     DataSink,
     FileChanged,
@@ -106,6 +107,8 @@ class HttpFetcher:
         # The next range, begun on a second connection before this one ends.
         self._next: AheadReader | None = None
         self.overlapped = 0  # ranges begun ahead and taken over (reports and tests)
+        # receives that waited for data, and the bytes they returned (waited_reads)
+        self.waits = [0, 0]
         self._lock = threading.Lock()
         self._warm_at = float("-inf")  # when keep_spare's HEAD left a connection idle
         self._warming = False
@@ -137,8 +140,12 @@ class HttpFetcher:
                 self._check_response(resp, offset)
                 self._keep_socket(resp)
                 self._vet()
+                called = time.monotonic_ns()
                 for chunk in resp.iter_raw():
                     arrival = time.monotonic_ns()
+                    if arrival - called > WAITED_NS:  # (the socket had nothing queued)
+                        self.waits[0] += 1
+                        self.waits[1] += len(chunk)
                     if cancel.is_set():
                         raise Cancelled(f"{self.url}: cancelled at byte {pos}")
                     got = end.deliver(sink, pos, memoryview(chunk), arrival)
@@ -147,6 +154,7 @@ class HttpFetcher:
                         # Done or end lowered: leaving the block closes the response
                         # (and, if the body is not finished, its connection).
                         return pos - offset
+                    called = time.monotonic_ns()
         except httpx.HTTPError as exc:
             raise self._error_at(exc, pos, offset) from exc
         if pos < end.value:
@@ -165,6 +173,11 @@ class HttpFetcher:
         sock = stream.get_extra_info("socket") if stream is not None else None
         if isinstance(sock, socket.socket):
             self._sock = sock
+
+    def waited_reads(self) -> tuple[int, int]:
+        """(reads that waited for data, bytes they returned) over this fetcher's
+        life (streams.clump_s reads how data arrive from them)."""
+        return self.waits[0], self.waits[1]
 
     def path_rtt(self) -> float | None:
         """The last response's connection's smoothed RTT in seconds (None without
