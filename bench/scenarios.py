@@ -174,4 +174,17 @@ SCENARIOS: tuple[Scenario, ...] = (
         notes="TCP over 1% loss at 30 ms carries a few Mbit/s, so the link-rate bound is not "
               "reachable there: compare the tools",
     ),
+    Scenario(
+        name="per-connection-limit",
+        title="4 mirrors at 40 Mbit/s whose servers hold each connection to 1.25 MB/s (10 Mbit/s)",
+        mirrors=(
+            MirrorSpec(rate_bps=40 * MBIT, conn_rate_Bps=1_250_000),
+            MirrorSpec(rate_bps=40 * MBIT, kind="pure-ftpd", conn_rate_Bps=1_250_000),
+            MirrorSpec(rate_bps=40 * MBIT, conn_rate_Bps=1_250_000),
+            MirrorSpec(rate_bps=40 * MBIT, kind="pure-ftpd", conn_rate_Bps=1_250_000),
+        ),
+        target_bound_s=4.0,
+        notes="vsftpd anon_max_rate / pure-ftpd --anonymousbandwidth: the links' rate needs "
+              "4 connections per mirror",
+    ),
 )

@@ -245,6 +245,7 @@ class EngineConfig:
     stream_idle_share: float = 0.3
     stream_burst_s: float = 0.025
     stream_burst_bytes: int = 40 * 1024
+    stream_expected_share: float = 0.8
     stream_idle_warm_s: float = 0.5
     stream_warm_rtts: float = 10.0
     stream_warm_s: float = 1.5
@@ -565,9 +566,11 @@ class DownloadEngine:
             copy.steady_bps = 8 * f.steady_bytes / f.steady_s
         return copy
 
-    def _streams_of(self, mirror: str) -> list[Flow]:
-        """Lock held: the extra connections (streams.py) to this mirror."""
-        return [f for f in self.flows.values() if f.stream_of == mirror]
+    def _streams_of(self, mirror: str, live: bool = False) -> list[Flow]:
+        """Lock held: the extra connections (streams.py) to this mirror; ``live``:
+        only those still running (a closed one no longer shares the mirror)."""
+        return [f for f in self.flows.values() if f.stream_of == mirror
+                and (not live or (f.alive and not f.cancel.is_set()))]
 
     def abort(self, exc: BaseException) -> None:
         with self._lock:
@@ -1318,11 +1321,12 @@ class DownloadEngine:
             if (
                 mirror in self._no_streams
                 or mirror in self.bad_mirrors
-                or 1 + len(self._streams_of(mirror)) >= self.cfg.max_streams
+                or 1 + len(self._streams_of(mirror, live=True)) >= self.cfg.max_streams
                 or f.parked or f.standby or f.no_more_work or f.cancel.is_set()
                 or lane is None or lane.kind != "normal" or lane.shadow is not None
                 or f.next_lane is not None
                 or lane.first_byte is None or now - lane.first_byte < warm
+                or self._carries_expected(f)
             ):
                 continue
             # a sender's pauses first (they say the path takes more), then loss
@@ -1338,7 +1342,7 @@ class DownloadEngine:
         if not rate:
             return
         mirror = f.stream_of or f.id
-        have = 1 + len(self._streams_of(mirror))
+        have = 1 + len(self._streams_of(mirror, live=True))
         add = streams_to_add(idles.get(f.id) if kind == "idle" else None, have,
                              self.cfg.max_streams, burst=key == 2.0)
         floor = self._cut_floor(lane)
@@ -1378,6 +1382,17 @@ class DownloadEngine:
             connections=have, others_Bps=others, check_others=not access, kind=kind,
         )
         self._lock.notify_all()
+
+    def _carries_expected(self, flow: Flow) -> bool:
+        """Lock held: does the mirror's one connection carry what the coordinator
+        expected of its path (stream_expected_share of it)? Then the path is full:
+        a lossy path's holes (each loss stops the data for a round trip) and its
+        out-of-order segments are no reason for more connections (lossy-path, BBR
+        senders: 18.9 of 20 Mbit/s, trials that gained nothing and cost ~1 %)."""
+        expected = flow.mirror.expected_bps
+        if not expected or flow.stream_of is not None or self._streams_of(flow.id, live=True):
+            return False
+        return (flow.round_Bps or 0.0) * 8 >= self.cfg.stream_expected_share * expected
 
     def _start_stream(self, parent: Flow, start: int, end: int, why: str) -> Flow:
         """Lock held: another connection to ``parent``'s mirror, its first range
@@ -2449,7 +2464,8 @@ class DownloadEngine:
                         continue
                     if lane.first_byte is None:
                         continue  # still connecting: not slow, just not started
-                    streamed = f.stream_of is not None or bool(self._streams_of(f.id))
+                    # (a trial that did not pay leaves the flow to the rule again)
+                    streamed = f.stream_of is not None or bool(self._streams_of(f.id, live=True))
                     last = ticks.get(f.id)
                     ticks[f.id] = (lane.id, f.stats.received, now)
                     if last is not None and last[0] == lane.id and last[2] >= f.warm_until:
