@@ -37,7 +37,9 @@ def test_piecewise_bound_over_an_event() -> None:
 
 def test_every_scenario_has_a_finite_bound_and_a_sane_file() -> None:
     names = [s.name for s in SCENARIOS]
-    assert len(names) == len(set(names)) == 9
+    assert len(names) == len(set(names)) == 10
+    limited = next(s for s in SCENARIOS if s.name == "per-connection-limit")
+    assert all(m.conn_rate_Bps for m in limited.mirrors)
     # the long-path scenarios have their delay lines (and the lossy one its loss)
     wide = next(s for s in SCENARIOS if s.name == "wide-area")
     assert sorted(m.rtt_ms for m in wide.mirrors) == [20, 40, 80, 160]
