@@ -939,10 +939,14 @@ def _run_locked(
             ident = dataclasses.replace(ident, sha256=old.sha256)
             plan = dataclasses.replace(plan, file=ident)
             say("checking against the SHA-256 the interrupted download was given")
+        # (starting over: the old record goes before the part file is made anew,
+        # or a crash between the two would leave its ranges marked done over zeros)
         if not part_p.exists() or part_p.stat().st_size != ident.size:
             say(f"{part_p} is missing or has the wrong size; starting over")
+            control_file.remove(ctl)
         elif ident.piece_size and old.piece_size != ident.piece_size:
             say("the piece size changed since the interrupted download; starting over")
+            control_file.remove(ctl)
         else:
             done, owners, piece_size = old.done, RangeOwners(old.written_by), old.piece_size
             say(f"resuming: {done.total()} of {ident.size} bytes already downloaded")

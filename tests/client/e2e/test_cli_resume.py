@@ -429,3 +429,28 @@ def test_a_second_pftp_on_the_same_target_is_refused(tmp_path, ftp_mirrors):
     assert first.returncode == 0, err
     assert target.read_bytes() == data
     assert not list(tmp_path.glob("l.bin.pftp-*"))  # no part, control or lock file left
+
+
+def test_starting_over_forgets_the_old_ranges_before_the_new_part_file(tmp_path, ftp_mirrors):
+    """An interrupted download's record whose part file is gone: the record goes
+    first. When the new part file cannot be made (here: a directory in its way),
+    no record is left claiming bytes the part file does not hold."""
+    from pftp_client.control_file import ControlState, save
+    from pftp_client.ranges import RangeSet
+
+    data = os.urandom(300_000)
+    m = ftp_mirrors({"f.bin": data})[0]
+    out = tmp_path / "f.bin"
+    ctl = ctl_path(out)
+    save(ctl, ControlState("f.bin", len(data), sha256_hex(data), 65536, [m.url("f.bin")],
+                           RangeSet([(0, 200_000)])))
+    part_path(out).mkdir()  # not a file of the right size: start over, and fail making it
+    r = run_pftp(tmp_path, "get", "--mirror", m.url("f.bin"), "--sha256", sha256_hex(data),
+                 "-o", str(out))
+    assert r.returncode != 0 and "starting over" in r.stderr, r.stderr
+    assert load(ctl) is None
+    part_path(out).rmdir()
+    r = run_pftp(tmp_path, "get", "--mirror", m.url("f.bin"), "--sha256", sha256_hex(data),
+                 "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == data and "resuming" not in r.stderr
