@@ -1255,6 +1255,11 @@ class DownloadEngine:
         for f in self.flows.values():
             if f.rx_mark is not None and now > f.rx_mark[0]:
                 f.round_Bps = (f.stats.received - f.rx_mark[1]) / (now - f.rx_mark[0])
+            elif (f.rx_mark is None and f.lane is not None and f.lane.first_byte is not None
+                  and f.stats.ranges <= 1 and now > f.lane.first_byte):
+                # (its first round: from its first byte, not a round later)
+                since[f.id] = f.lane.first_byte
+                f.round_Bps = f.stats.received / (now - f.lane.first_byte)
             f.rx_mark = (now, f.stats.received)
             lane = f.lane
             if not f.alive or lane is None or lane.first_byte is None or f.id not in since:
