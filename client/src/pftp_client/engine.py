@@ -469,7 +469,9 @@ class DownloadEngine:
         # Built once the flows run (see run): creating it loads numpy, which would
         # otherwise delay the first byte by a few hundred milliseconds.
         self._detector_factory = detector_factory
-        self._stream_trial: StreamTrial | None = None
+        # mirror -> its extra connections on probation (several mirrors at once
+        # only with room on a known access link: otherwise their gains mix)
+        self._stream_trials: dict[str, StreamTrial] = {}
         self._no_streams: set[str] = set()  # mirrors an extra connection did not help
         # the extra connections' arrivals (kept from the congestion detector's)
         self._stream_timings = FlowTimings(self.cfg.ring_capacity)
@@ -1255,11 +1257,6 @@ class DownloadEngine:
         for f in self.flows.values():
             if f.rx_mark is not None and now > f.rx_mark[0]:
                 f.round_Bps = (f.stats.received - f.rx_mark[1]) / (now - f.rx_mark[0])
-            elif (f.rx_mark is None and f.lane is not None and f.lane.first_byte is not None
-                  and f.stats.ranges <= 1 and now > f.lane.first_byte):
-                # (its first round: from its first byte, not a round later)
-                since[f.id] = f.lane.first_byte
-                f.round_Bps = f.stats.received / (now - f.lane.first_byte)
             f.rx_mark = (now, f.stats.received)
             lane = f.lane
             if not f.alive or lane is None or lane.first_byte is None or f.id not in since:
@@ -1299,7 +1296,7 @@ class DownloadEngine:
         agg = self._aggregate.rate(now)
         if (
             self.cfg.max_streams <= 1
-            or self._stream_trial is not None
+            or (self._stream_trials and not access)
             or agg is None
             or (access and agg * 8 >= self.cfg.access_full * access)
             or self._lead_phase != "off"
@@ -1307,7 +1304,7 @@ class DownloadEngine:
             or self._finished
         ):
             return
-        best: tuple[float, str, Flow] | None = None
+        chosen: dict[str, tuple[float, str, Flow]] = {}
         for f in self.flows.values():
             loss = losses.get(f.id)
             idle = idles.get(f.id)
@@ -1325,22 +1322,30 @@ class DownloadEngine:
                     else max(self.cfg.stream_idle_warm_s, self.cfg.stream_warm_rtts * rtt))
             if (
                 mirror in self._no_streams
+                or mirror in self._stream_trials
                 or mirror in self.bad_mirrors
                 or 1 + len(self._streams_of(mirror, live=True)) >= self.cfg.max_streams
                 or f.parked or f.standby or f.no_more_work or f.cancel.is_set()
                 or lane is None or lane.kind != "normal" or lane.shadow is not None
                 or f.next_lane is not None
                 or lane.first_byte is None or now - lane.first_byte < warm
-                or self._carries_expected(f)
+                or (not by_idle and self._carries_expected(f))
             ):
                 continue
             # a sender's pauses first (they say the path takes more), then loss
             key = (2.0 if burst else idle or 0.0) if by_idle else (loss or 0.0) - 1.0
-            if best is None or key > best[0]:
-                best = (key, "idle" if by_idle else "loss", f)
-        if best is None:
-            return
-        key, kind, f = best
+            if mirror not in chosen or key > chosen[mirror][0]:
+                chosen[mirror] = (key, "idle" if by_idle else "loss", f)
+        for key, kind, f in sorted(chosen.values(), key=lambda c: -c[0]):
+            self._start_trial(f, key, kind, now, losses, idles, clumps, bool(access))
+            if not access:
+                break  # (one at a time: the others' rates tell whether it paid)
+
+    def _start_trial(
+        self, f: Flow, key: float, kind: str, now: float, losses: dict[str, float],
+        idles: dict[str, float], clumps: dict[str, float], access_known: bool,
+    ) -> None:
+        """Lock held: more connections to ``f``'s mirror, on probation."""
         assert f.lane is not None
         lane = f.lane
         rate = f.round_Bps
@@ -1348,8 +1353,10 @@ class DownloadEngine:
             return
         mirror = f.stream_of or f.id
         have = 1 + len(self._streams_of(mirror, live=True))
+        # (a steady connection idle half the time or more: its sender pauses, as a
+        # burst says; bins coarser than its bursts understate how much)
         add = streams_to_add(idles.get(f.id) if kind == "idle" else None, have,
-                             self.cfg.max_streams, burst=key == 2.0)
+                             self.cfg.max_streams, burst=kind == "idle" and key >= 0.5)
         floor = self._cut_floor(lane)
         left = lane.owned_end - max(lane.reserved, floor)
         if left < rate * self.cfg.stream_min_left_s:
@@ -1381,19 +1388,20 @@ class DownloadEngine:
                 f"{why} at {rate * 8 / 1e6:.2f} Mbit/s; takes [{lo}, {hi})",
             )
             started.append(extra.id)
-        self._stream_trial = StreamTrial(
+        self._stream_trials[mirror] = StreamTrial(
             mirror, started, now, before,
             {g.id: g.stats.received for g in self.flows.values()},
-            connections=have, others_Bps=others, check_others=not access, kind=kind,
+            connections=have, others_Bps=others, check_others=not access_known, kind=kind,
         )
         self._lock.notify_all()
 
     def _carries_expected(self, flow: Flow) -> bool:
         """Lock held: does the mirror's one connection carry what the coordinator
         expected of its path (stream_expected_share of it)? Then the path is full:
-        a lossy path's holes (each loss stops the data for a round trip) and its
-        out-of-order segments are no reason for more connections (lossy-path, BBR
-        senders: 18.9 of 20 Mbit/s, trials that gained nothing and cost ~1 %)."""
+        a lossy path's out-of-order segments are no reason for more connections
+        (lossy-path, BBR senders: 18.9 of 20 Mbit/s, trials that gained nothing and
+        cost ~1 %). (Not asked of a sender that pauses: the coordinator's probe is
+        one connection too, held to the same per-connection limit.)"""
         expected = flow.mirror.expected_bps
         if not expected or flow.stream_of is not None or self._streams_of(flow.id, live=True):
             return False
@@ -1422,15 +1430,17 @@ class DownloadEngine:
         the other mirrors). Each older flow's rate counts from the trial's start,
         a new connection's from its first byte (its slow start is counted: a
         margin)."""
-        trial = self._stream_trial
-        if trial is None:
-            return
+        for trial in list(self._stream_trials.values()):
+            self._judge_trial(trial, now)
+
+    def _judge_trial(self, trial: StreamTrial, now: float) -> None:
+        """Lock held: one mirror's trial (_judge_stream)."""
         extras = [self.flows[i] for i in trial.streams]
         live = [e for e in extras if e.alive and not e.cancel.is_set()]
         firsts = [e.lane.first_byte for e in live if e.lane is not None]
         waiting = len(firsts) < len(live) or None in firsts
         if not live or (waiting and now - trial.at > self.cfg.timeout):
-            self._stream_trial = None
+            del self._stream_trials[trial.mirror]
             self._no_streams.add(trial.mirror)
             for e in extras:
                 e.no_more_work = True
@@ -1452,7 +1462,7 @@ class DownloadEngine:
                 after += (g.stats.received - trial.received.get(g.id, 0)) / (now - trial.at)
             elif g.id in trial.received and g.alive and not g.parked and not g.standby:
                 others += (g.stats.received - trial.received[g.id]) / (now - trial.at)
-        self._stream_trial = None
+        del self._stream_trials[trial.mirror]
         # (those the mirror refused are gone: it is judged on those it took)
         need = needed_gain(trial.connections, len(live), self.cfg.stream_gain)
         figures = (f"{trial.before_Bps * 8 / 1e6:.2f} -> {after * 8 / 1e6:.2f} Mbit/s "
