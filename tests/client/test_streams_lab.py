@@ -84,6 +84,13 @@ def test_a_connection_whose_server_pauses_between_bursts_is_idle_most_of_the_tim
     assert later is not None and later > 0.6
 
 
+def test_one_long_stop_is_not_a_sender_that_pauses() -> None:
+    # at a link's pace, with one 250 ms stop (a retransmission timeout) in a second
+    smooth = np.arange(600) * 0.0012
+    t, n = _arrivals(np.concatenate([smooth[:300], smooth[300:] + 0.25]))
+    assert idle_share(t, n, 0) is None
+
+
 def test_what_a_receive_that_waited_returned() -> None:
     # 16 receives waited and returned 64 KiB each: a server's bursts
     assert burst_bytes((4, 4 * 1448), (20, 4 * 1448 + 16 * 65536)) == 65536

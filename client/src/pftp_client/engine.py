@@ -247,6 +247,7 @@ class EngineConfig:
     stream_burst_bytes: int = 40 * 1024
     stream_expected_share: float = 0.8
     stream_idle_warm_s: float = 0.5
+    stream_first_skip_s: float = 0.3
     stream_warm_rtts: float = 10.0
     stream_warm_s: float = 1.5
     stream_min_left_s: float = 3.0
@@ -1257,6 +1258,17 @@ class DownloadEngine:
         for f in self.flows.values():
             if f.rx_mark is not None and now > f.rx_mark[0]:
                 f.round_Bps = (f.stats.received - f.rx_mark[1]) / (now - f.rx_mark[0])
+            elif (f.rx_mark is None and f.lane is not None and f.lane.first_byte is not None
+                  and f.stats.ranges <= 1):
+                # Its first round, read from stream_first_skip_s after its first byte
+                # (a shaper's bucket and slow start before that look like pauses): a
+                # limited server's connection is tried a round sooner.
+                begin = f.lane.first_byte + self.cfg.stream_first_skip_s
+                ring = self.timings if f.stream_of is None else self._stream_timings
+                times, sizes = ring.snapshot(f.id)
+                if now - begin >= 0.3 and times.size and times[0] <= int(begin * 1e9):
+                    since[f.id] = begin
+                    f.round_Bps = float(sizes[times >= int(begin * 1e9)].sum()) / (now - begin)
             f.rx_mark = (now, f.stats.received)
             lane = f.lane
             if not f.alive or lane is None or lane.first_byte is None or f.id not in since:

@@ -98,6 +98,10 @@ def idle_share(
     if span < 0.3:
         return None
     gaps = np.diff(t) / 1e9
+    if float(gaps.max()) >= 0.15 * span:
+        # one long stop (a retransmission timeout after a shaper's queue overflowed
+        # in slow start), not a sender's regular pauses: nothing to say
+        return None
     width = min(max(4.0 * float(np.median(gaps)), min_bin_s), max_bin_s)
     bins = int(span / width)
     if bins < 10:
