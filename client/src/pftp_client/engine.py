@@ -1345,9 +1345,10 @@ class DownloadEngine:
             ):
                 continue
             # a sender's pauses first (they say the path takes more), then loss
+            kind = "burst" if burst else "idle" if by_idle else "loss"
             key = (2.0 if burst else idle or 0.0) if by_idle else (loss or 0.0) - 1.0
             if mirror not in chosen or key > chosen[mirror][0]:
-                chosen[mirror] = (key, "idle" if by_idle else "loss", f)
+                chosen[mirror] = (key, kind, f)
         for key, kind, f in sorted(chosen.values(), key=lambda c: -c[0]):
             self._start_trial(f, key, kind, now, losses, idles, clumps, bool(access))
             if not access:
@@ -1368,7 +1369,7 @@ class DownloadEngine:
         # (a steady connection idle half the time or more: its sender pauses, as a
         # burst says; bins coarser than its bursts understate how much)
         add = streams_to_add(idles.get(f.id) if kind == "idle" else None, have,
-                             self.cfg.max_streams, burst=kind == "idle" and key >= 0.5)
+                             self.cfg.max_streams, burst=kind == "burst" or key >= 0.5)
         floor = self._cut_floor(lane)
         left = lane.owned_end - max(lane.reserved, floor)
         if left < rate * self.cfg.stream_min_left_s:
@@ -1389,7 +1390,7 @@ class DownloadEngine:
         lane.owned_end = cuts[0]
         if kind == "loss":
             why = f"{losses.get(f.id, 0.0):.1%} of its segments out of order"
-        elif key == 2.0:
+        elif kind == "burst":
             why = f"its data arrive in bursts of {clumps[f.id] * 1e3:.0f} ms of its rate at once"
         else:
             why = f"its connection idle {idles.get(f.id, 0.0):.0%} of the time"
@@ -1403,7 +1404,7 @@ class DownloadEngine:
         self._stream_trials[mirror] = StreamTrial(
             mirror, started, now, before,
             {g.id: g.stats.received for g in self.flows.values()},
-            connections=have, others_Bps=others, check_others=not access_known, kind=kind,
+            connections=have, others_Bps=others, check_others=not access_known,
         )
         self._lock.notify_all()
 

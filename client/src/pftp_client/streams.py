@@ -30,7 +30,7 @@ no other. These are the pure parts of that decision; the engine
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pftp_client.summary import MirrorStats
@@ -51,8 +51,6 @@ class StreamTrial:
     connections: int  # the mirror's connections before the trial
     others_Bps: float = 0.0  # the other mirrors' flows' rate over that round
     check_others: bool = False  # access link unknown: the gain must not be theirs
-    kind: str = "loss"  # what started it: "loss" or "idle"
-    figures: dict[str, float] = field(default_factory=dict)
 
 
 def loss_share(before: tuple[int, int] | None, now: tuple[int, int]) -> float | None:

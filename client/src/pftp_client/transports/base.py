@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 # A receive that took longer than this found its socket empty and waited for data
 # (one that finds data queued returns in microseconds). What such receives return
-# says how the data arrive (streams.clump_s): segment by segment at a bottleneck's
+# says how the data arrive (streams.burst_bytes): segment by segment at a bottleneck's
 # pace, or in bursts from a sender that pauses.
 WAITED_NS = 50_000
 

@@ -862,7 +862,7 @@ class FtpFetcher:
 
     def waited_reads(self) -> tuple[int, int]:
         """(receives that waited for data, bytes they returned) over this
-        fetcher's life (streams.clumping reads how data arrive from them)."""
+        fetcher's life (streams.burst_bytes reads how data arrive from them)."""
         return self.waits[0], self.waits[1]
 
     def out_of_order(self) -> tuple[int, int] | None:

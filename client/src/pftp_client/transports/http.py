@@ -176,7 +176,7 @@ class HttpFetcher:
 
     def waited_reads(self) -> tuple[int, int]:
         """(reads that waited for data, bytes they returned) over this fetcher's
-        life (streams.clump_s reads how data arrive from them)."""
+        life (streams.burst_bytes reads how data arrive from them)."""
         return self.waits[0], self.waits[1]
 
     def path_rtt(self) -> float | None:
