@@ -20,10 +20,13 @@ from pftp_client.streams import (
     burst_bytes,
     gained,
     idle_share,
+    kept_streams,
     loss_share,
     merge_stream_stats,
     needed_gain,
     others_kept,
+    paused_share,
+    scales,
     steady,
     streams_to_add,
 )
@@ -89,6 +92,55 @@ def test_one_long_stop_is_not_a_sender_that_pauses() -> None:
     smooth = np.arange(600) * 0.0012
     t, n = _arrivals(np.concatenate([smooth[:300], smooth[300:] + 0.25]))
     assert idle_share(t, n, 0) is None
+
+
+def test_even_bursts_with_long_pauses_between_are_a_servers_limit() -> None:
+    # vsftpd at 1.25 MB/s behind 40 Mbit/s: 64 KiB (45 segments at the link's
+    # pace, 0.29 ms apart) every 52 ms, for 0.4 s
+    bursts = [k * 0.052 + i * 0.29e-3 for k in range(8) for i in range(45)]
+    t, n = _arrivals(bursts)
+    share = paused_share(t, n, 0)
+    assert share is not None and 0.7 < share < 0.8  # 13 ms of every 52 carry data
+    # the same behind 1 Gbit/s: paused nearly all the time
+    t, n = _arrivals([k * 0.052 + i * 12e-6 for k in range(8) for i in range(45)])
+    share = paused_share(t, n, 0)
+    assert share is not None and share > 0.95
+    # only the arrivals since ``since`` count: three bursts are too few to say
+    assert paused_share(t, n, int(0.26 * 1e9)) is None
+
+
+def test_a_start_that_overran_a_shapers_queue_is_not_a_servers_limit() -> None:
+    # at a 20 Mbit/s link's pace, with two 90 ms stops (slow start's losses)
+    smooth = np.arange(300) * 0.58e-3
+    t, n = _arrivals(np.concatenate([smooth, smooth + 0.265, smooth + 0.53]))
+    assert paused_share(t, n, 0) is None  # two pauses: too few
+    # slow start on a long path: a window per round trip, doubling
+    times: list[float] = []
+    for k in range(8):
+        times += [k * 0.05 + i * 0.1e-3 for i in range(10 * 2**k)]
+    t, n = _arrivals(times)
+    assert paused_share(t, n, 0) is None  # bursts of every size
+    # a link's pace, never paused
+    t, n = _arrivals(np.arange(700) * 0.58e-3)
+    assert paused_share(t, n, 0) is None
+
+
+def test_a_rate_that_grew_with_the_connections_asks_for_the_rest() -> None:
+    # 1 -> 2 connections, 1.25 -> 2.4 MB/s: each carries what the first did
+    assert scales(1, 1, 1.25e6, 2.4e6)
+    assert not scales(1, 1, 1.25e6, 1.6e6)  # a share of a path nearly full
+    assert scales(2, 2, 2.5e6, 4.5e6)
+    assert not scales(0, 1, 0.0, 1e6)
+
+
+def test_more_connections_than_the_path_takes_keep_those_it_needs() -> None:
+    # 1 connection at 1 MB/s, 7 more: 2.5 MB/s in all, the link's rate
+    assert kept_streams(1, 7, 1e6, 2.5e6) == 2
+    assert gained(1e6, 2.5e6, needed_gain(1, 2, 1.25))
+    assert not gained(1e6, 2.5e6, needed_gain(1, 7, 1.25))  # all 7 did not pay
+    assert kept_streams(1, 7, 1e6, 1.02e6) == 1  # (then judged on that one: no gain)
+    assert kept_streams(1, 7, 1e6, 0.9e6) == 0  # they brought nothing
+    assert kept_streams(2, 3, 2e6, 9e6) == 2  # never all of them: those did not pay
 
 
 def test_what_a_receive_that_waited_returned() -> None:
@@ -266,10 +318,45 @@ def test_a_mirror_that_limits_each_connection_gets_more_connections(
     started, ended = _stream_events(summary)
     print(summary["seconds"], started, ended)
     assert started and not ended
-    assert any("bursts of" in d or "idle" in d for d in started)
+    assert any("bursts" in d or "idle" in d for d in started)
     assert summary["mirrors"][0]["bytes"] == SIZE
     # one connection cannot carry more than LIMIT: the others did
     assert SIZE / summary["seconds"] > 1.5 * LIMIT
+
+
+@pytest.mark.lab
+def test_a_server_limit_is_seen_in_the_first_second(tmp_path: Path) -> None:
+    """vsftpd's 64 KiB bursts at 1 MB/s over a 100 Mbit/s link, each read at once
+    from its start: the mirror gets its connections before the first monitor
+    round (1 s) has ended, and they pay."""
+    summary = _run_limited(tmp_path, "vsftpd")
+    first = [e for e in summary["events"] if e["kind"] == "stream"]
+    started, ended = _stream_events(summary)
+    print(summary["seconds"], first[:1])
+    assert first and "bursts of" in first[0]["detail"]
+    assert first[0]["at_s"] < 1.0
+    assert len(started) == 7 and not ended
+
+
+@pytest.mark.lab
+def test_a_limited_server_behind_a_slower_link_keeps_what_the_link_takes(
+    tmp_path: Path,
+) -> None:
+    """vsftpd at 1 MB/s per connection behind a 20 Mbit/s link (2.5 MB/s): more
+    connections pay up to the link's rate, not 8 of them. Those tried beyond
+    what the link takes are closed; the mirror keeps 2-4 in all."""
+    src = tmp_path / "data.bin"
+    digest = make_file(src, SIZE, seed=8)
+    spec = MirrorSpec(rate_bps=20 * MBIT, conn_rate_Bps=LIMIT, name="limited-link")
+    with Lab([spec], files={"data.bin": src}) as lab:
+        summary = _download(lab, tmp_path, digest, access=None)
+    started, ended = _stream_events(summary)
+    closed = _events(summary, "stream", "not needed")
+    print(summary["seconds"], started, ended, closed)
+    assert started and not ended
+    kept = len(started) - len(closed)
+    assert 1 <= kept <= 3
+    assert SIZE / summary["seconds"] > 1.6 * LIMIT
 
 
 @pytest.mark.lab

@@ -38,7 +38,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pftp_wire.tcp_model import slow_start_s
 
@@ -56,10 +56,13 @@ from pftp_client.streams import (
     burst_bytes,
     gained,
     idle_share,
+    kept_streams,
     loss_share,
     merge_stream_stats,
     needed_gain,
     others_kept,
+    paused_share,
+    scales,
     steady,
     streams_to_add,
 )
@@ -83,6 +86,9 @@ from pftp_client.transports.base import (
     TransferError,
     TransientError,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 OpenFetcher = Callable[..., RangeFetcher]
 Checkpoint = Callable[[RangeSet, list[tuple[int, int, str]]], None]
@@ -254,6 +260,16 @@ class EngineConfig:
     stream_gain: float = 1.25
     stream_judge_s: float = 0.75
     stream_judge_rtts: float = 6.0
+    # The early look (streams.paused_share): stream_early_s after a mirror's first
+    # connection's first data, read from stream_early_skip_s on, a connection
+    # paused at least stream_early_share of that time between even bursts gets
+    # every connection it may have (a per-connection limit, seen before the first
+    # monitor round: lab, vsftpd and pure-ftpd at 1.25 MB/s behind 40 Mbit/s,
+    # 92-97 %; link-limited starts at most 71 % with even bursts).
+    stream_early_s: float = 0.5
+    stream_early_skip_s: float = 0.1
+    stream_early_share: float = 0.85
+    stream_early_burst_s: float = 0.04
 
 
 LaneKind = Literal["normal", "duplicate", "repair"]
@@ -337,6 +353,10 @@ class Flow:
     wait_mark: tuple[int, int] | None = None  # its waited receives (count, bytes) lately
     rx_mark: tuple[float, int] | None = None  # (clock, bytes received) a round ago
     round_Bps: float | None = None  # bytes/s over the last monitor round
+    first_data: float | None = None  # clock of its first block (any lane)
+    round_from: float | None = None  # when its last monitor round began
+    round_before: float | None = None  # ... and the one before it
+    early_looked: bool = False  # its first half second was read (_early_look)
 
     def rate_estimate(self, now: float) -> float | None:
         r = self.rate.rate(now)
@@ -474,6 +494,9 @@ class DownloadEngine:
         # only with room on a known access link: otherwise their gains mix)
         self._stream_trials: dict[str, StreamTrial] = {}
         self._no_streams: set[str] = set()  # mirrors an extra connection did not help
+        # mirrors whose kept trial scaled their rate with their connections: the
+        # next round gives them the rest at once (no signal needed)
+        self._stream_more: dict[str, str] = {}
         # the extra connections' arrivals (kept from the congestion detector's)
         self._stream_timings = FlowTimings(self.cfg.ring_capacity)
         self._stream_ids = itertools.count(2)
@@ -1269,6 +1292,8 @@ class DownloadEngine:
                 if now - begin >= 0.3 and times.size and times[0] <= int(begin * 1e9):
                     since[f.id] = begin
                     f.round_Bps = float(sizes[times >= int(begin * 1e9)].sum()) / (now - begin)
+            f.round_before = f.round_from
+            f.round_from = f.rx_mark[0] if f.rx_mark is not None else since.get(f.id)
             f.rx_mark = (now, f.stats.received)
             lane = f.lane
             if not f.alive or lane is None or lane.first_byte is None or f.id not in since:
@@ -1290,9 +1315,9 @@ class DownloadEngine:
             waits = ask_waits() if ask_waits is not None else None
             burst = burst_bytes(f.wait_mark, waits) if waits is not None else None
             f.wait_mark = waits
-            if not steady(times, sizes, int(start * 1e9)):
-                continue  # (a rate that changed leaves bursts and gaps too: no signal)
             idle = idle_share(times, sizes, int(start * 1e9))
+            if not self._steady(f, times, sizes, start):
+                continue  # (a rate that changed leaves bursts and gaps too: no signal)
             if burst is not None and f.round_Bps:
                 clumps[f.id] = burst / f.round_Bps
                 if burst >= self.cfg.stream_burst_bytes and clumps[f.id] >= self.cfg.stream_burst_s:
@@ -1306,59 +1331,163 @@ class DownloadEngine:
                     self._log(f"{f.id}: idle {idle:.0%} of the round between bursts")
         access = self.cfg.access_bps
         agg = self._aggregate.rate(now)
-        if (
-            self.cfg.max_streams <= 1
-            or (self._stream_trials and not access)
-            or agg is None
-            or (access and agg * 8 >= self.cfg.access_full * access)
-            or self._lead_phase != "off"
-            or self._parkings
-            or self._finished
-        ):
+        # (one round only: a mirror that does not qualify in it waits for a signal)
+        more, self._stream_more = self._stream_more, {}
+        if agg is None or self._trials_barred(agg):
             return
         chosen: dict[str, tuple[float, str, Flow]] = {}
         for f in self.flows.values():
+            mirror = f.stream_of or f.id
             loss = losses.get(f.id)
             idle = idles.get(f.id)
             by_loss = (loss is not None and loss >= self.cfg.stream_loss_share
                        and self._path_rtt(f) >= self.cfg.stream_min_rtt_s)
             clump = clumps.get(f.id)
             burst = clump is not None and clump >= self.cfg.stream_burst_s
-            by_idle = burst or (idle is not None and idle >= self.cfg.stream_idle_share)
+            scaled = mirror in more
+            by_idle = scaled or burst or (idle is not None and idle >= self.cfg.stream_idle_share)
             if not (by_loss or by_idle):
                 continue
-            mirror = f.stream_of or f.id
             lane = f.lane
             rtt = self._path_rtt(f)
             warm = (self.cfg.stream_warm_s if not by_idle
                     else max(self.cfg.stream_idle_warm_s, self.cfg.stream_warm_rtts * rtt))
             if (
-                mirror in self._no_streams
-                or mirror in self._stream_trials
-                or mirror in self.bad_mirrors
-                or 1 + len(self._streams_of(mirror, live=True)) >= self.cfg.max_streams
-                or f.parked or f.standby or f.no_more_work or f.cancel.is_set()
-                or lane is None or lane.kind != "normal" or lane.shadow is not None
-                or f.next_lane is not None
+                lane is None or not self._may_add_streams(f)
                 or lane.first_byte is None or now - lane.first_byte < warm
                 or (not by_idle and self._carries_expected(f))
             ):
                 continue
-            # a sender's pauses first (they say the path takes more), then loss
-            kind = "burst" if burst else "idle" if by_idle else "loss"
-            key = (2.0 if burst else idle or 0.0) if by_idle else (loss or 0.0) - 1.0
+            # a sender's pauses first (they say the path takes more), then loss; a
+            # mirror that scaled: from its flow with the most left
+            kind = "scaled" if scaled else "burst" if burst else "idle" if by_idle else "loss"
+            if scaled:
+                key = 3.0 + (lane.owned_end - lane.reserved) / max(self.size, 1)
+            else:
+                key = (2.0 if burst else idle or 0.0) if by_idle else (loss or 0.0) - 1.0
             if mirror not in chosen or key > chosen[mirror][0]:
                 chosen[mirror] = (key, kind, f)
         for key, kind, f in sorted(chosen.values(), key=lambda c: -c[0]):
-            self._start_trial(f, key, kind, now, losses, idles, clumps, bool(access))
+            self._start_trial(f, key, kind, now, losses, idles, clumps, bool(access),
+                              reason=more.get(f.stream_of or f.id, ""))
             if not access:
                 break  # (one at a time: the others' rates tell whether it paid)
+
+    def _steady(self, f: Flow, times: np.ndarray, sizes: np.ndarray, start: float) -> bool:
+        """Lock held: did ``f`` carry alike in both halves of its last monitor round,
+        or, failing that, of its last two? nginx's limit_rate counts in whole
+        seconds: each second's bytes leave at its start, so one round's halves
+        can carry 7 to 1 while every round carries the same."""
+        if steady(times, sizes, int(start * 1e9)):
+            return True
+        two = f.round_before
+        lane = f.lane
+        return (two is not None and lane is not None and lane.first_byte is not None
+                and two >= lane.first_byte and times.size > 0 and times[0] <= int(two * 1e9)
+                and steady(times, sizes, int(two * 1e9)))
+
+    def _trials_barred(self, agg_Bps: float) -> bool:
+        """Lock held: no trial now (one at a time with the access link unknown; none
+        while the flows fill a known one, a lead start runs or flows are parked)."""
+        access = self.cfg.access_bps
+        return bool(
+            self.cfg.max_streams <= 1
+            or (self._stream_trials and not access)
+            or (access and agg_Bps * 8 >= self.cfg.access_full * access)
+            or self._lead_phase != "off"
+            or self._parkings
+            or self._finished
+        )
+
+    def _may_add_streams(self, f: Flow) -> bool:
+        """Lock held: may ``f``'s mirror get more connections, cut from ``f``'s range?"""
+        mirror = f.stream_of or f.id
+        lane = f.lane
+        return not (
+            mirror in self._no_streams
+            or mirror in self._stream_trials
+            or mirror in self.bad_mirrors
+            or 1 + len(self._streams_of(mirror, live=True)) >= self.cfg.max_streams
+            or f.parked or f.standby or f.no_more_work or f.cancel.is_set()
+            or lane is None or lane.kind != "normal" or lane.shadow is not None
+            or f.next_lane is not None
+        )
+
+    def _early_look_due(self) -> float | None:
+        """Lock held: when the next mirror's first connection is due its early look."""
+        if self.cfg.max_streams <= 1 or self.cfg.stream_early_share >= 1.0:
+            return None
+        due = [f.first_data + self.cfg.stream_early_s for f in self.flows.values()
+               if f.first_data is not None and not f.early_looked and f.stream_of is None]
+        return min(due, default=None)
+
+    def _early_look(self, now: float) -> None:
+        """Lock held: the early look at connections past stream_early_s of data
+        (streams.paused_share): even bursts with the connection paused most of the
+        time are a server's per-connection limit; the mirror gets its connections
+        now instead of after its first monitor round."""
+        looked = []
+        for f in self.flows.values():
+            if (f.first_data is None or f.early_looked or f.stream_of is not None
+                    or now < f.first_data + self.cfg.stream_early_s):
+                continue
+            f.early_looked = True
+            if not f.alive:
+                continue
+            since = f.first_data + self.cfg.stream_early_skip_s
+            times, sizes = self.timings.snapshot(f.id)
+            if not times.size or times[0] > int(since * 1e9):
+                continue  # (the ring no longer holds its start: a fast flow)
+            share = paused_share(times, sizes, int(since * 1e9))
+            # (behind a fast link a whole burst arrives in one receive: too few
+            # arrivals for paused_share, but what those receives return says it)
+            ask_waits = getattr(f.fetcher, "waited_reads", None)
+            waits = ask_waits() if ask_waits is not None else None
+            burst = burst_bytes(None, waits) if waits is not None and waits[0] >= 5 else None
+            got = float(sizes[times >= int(since * 1e9)].sum())
+            clump = burst / (got / (now - since)) if burst and got else 0.0
+            paused = share is not None and share >= self.cfg.stream_early_share
+            bursts = (burst is not None and burst >= self.cfg.stream_burst_bytes
+                      and clump >= self.cfg.stream_early_burst_s)
+            if not (paused or bursts) or not steady(times, sizes, int(since * 1e9)):
+                continue
+            if paused:
+                why = f"its data arrive in even bursts, paused {share:.0%} of the time"
+            else:
+                why = (f"its data arrive in bursts of {clump * 1e3:.0f} ms of its rate "
+                       "at once")
+            self._log(f"{f.id}: {why} (first {now - since:.2f} s)")
+            looked.append((f, share or 1.0, why))
+        if not looked:
+            return
+        # the rates the trial compares with: every flow's over the same time
+        for g in self.flows.values():
+            if g.first_data is None or not g.alive:
+                continue
+            ring = self.timings if g.stream_of is None else self._stream_timings
+            t, b = ring.snapshot(g.id)
+            begin = max(g.first_data + self.cfg.stream_early_skip_s,
+                        now - self.cfg.stream_early_s)
+            if now - begin > 0.1 and t.size and t[0] <= int(begin * 1e9):
+                g.round_Bps = float(b[t >= int(begin * 1e9)].sum()) / (now - begin)
+        agg = self._aggregate.rate(now)
+        access = self.cfg.access_bps
+        for f, _, why in sorted(looked, key=lambda x: -x[1]):
+            barred = (self._trials_barred(agg) if agg is not None
+                      else bool(self._stream_trials and not access))
+            if barred or not self._may_add_streams(f):
+                continue
+            self._start_trial(f, 2.0, "pauses", now, {}, {}, {}, bool(access), reason=why)
+            if not access:
+                break
 
     def _start_trial(
         self, f: Flow, key: float, kind: str, now: float, losses: dict[str, float],
         idles: dict[str, float], clumps: dict[str, float], access_known: bool,
+        reason: str = "",
     ) -> None:
-        """Lock held: more connections to ``f``'s mirror, on probation."""
+        """Lock held: more connections to ``f``'s mirror, on probation (``reason``:
+        why a "scaled" mirror gets them)."""
         assert f.lane is not None
         lane = f.lane
         rate = f.round_Bps
@@ -1369,7 +1498,8 @@ class DownloadEngine:
         # (a steady connection idle half the time or more: its sender pauses, as a
         # burst says; bins coarser than its bursts understate how much)
         add = streams_to_add(idles.get(f.id) if kind == "idle" else None, have,
-                             self.cfg.max_streams, burst=kind == "burst" or key >= 0.5)
+                             self.cfg.max_streams,
+                             burst=kind in ("burst", "scaled", "pauses") or key >= 0.5)
         floor = self._cut_floor(lane)
         left = lane.owned_end - max(lane.reserved, floor)
         if left < rate * self.cfg.stream_min_left_s:
@@ -1388,7 +1518,9 @@ class DownloadEngine:
         end = lane.owned_end
         lane.end.lower_to(cuts[0])
         lane.owned_end = cuts[0]
-        if kind == "loss":
+        if kind in ("scaled", "pauses"):
+            why = reason or "its rate grew with its connections"
+        elif kind == "loss":
             why = f"{losses.get(f.id, 0.0):.1%} of its segments out of order"
         elif kind == "burst":
             why = f"its data arrive in bursts of {clumps[f.id] * 1e3:.0f} ms of its rate at once"
@@ -1487,8 +1619,38 @@ class DownloadEngine:
             ok = False
             figures += (f"; the other mirrors {trial.others_Bps * 8 / 1e6:.2f} -> "
                         f"{others * 8 / 1e6:.2f} Mbit/s")
+        trimmed = False
+        if not ok and len(live) > 1:
+            # (more than it took: keep as many as the rate they brought needs, at
+            # the rate each connection carried before, if those pay)
+            keep = kept_streams(trial.connections, len(live), trial.before_Bps, after)
+            if keep and gained(
+                trial.before_Bps, after,
+                needed_gain(trial.connections, keep, self.cfg.stream_gain),
+            ) and (not trial.check_others
+                   or others_kept(trial.others_Bps, others, after - trial.before_Bps)):
+                ok = trimmed = True
+                figures += f"; {keep} of them kept"
+                for e in sorted(live, key=lambda e: e.stats.received)[: len(live) - keep]:
+                    self._event("stream", e, f"not needed ({figures}): closed, "
+                                "its range goes back")
+                    self._retire(e, "dropped")
+                live = [e for e in live if e.alive and not e.cancel.is_set()]
+                self._lock.notify_all()
         if ok:
             self._log(f"{', '.join(trial.streams)}: kept ({figures})")
+            have = trial.connections + len(live)
+            if (
+                not trimmed
+                and have < self.cfg.max_streams
+                and scales(trial.connections, len(live), trial.before_Bps, after)
+            ):
+                # (each new connection carried what an old one did: the mirror's
+                # path is not full yet, the rest go at once)
+                self._stream_more[trial.mirror] = (
+                    f"its rate grew x{after / max(trial.before_Bps, 1.0):.2f} with "
+                    f"{len(live)} more connections"
+                )
             return
         # (cut, not left to finish: a path that did not grow is now split among
         # them; what they leave goes back to the pool, for any flow)
@@ -2203,6 +2365,8 @@ class DownloadEngine:
             if lane.first_byte != now and now - flow.last_data > flow.gap_s:
                 flow.gap_s = now - flow.last_data  # (within a lane: not a switch)
             flow.last_data = now
+            if flow.first_data is None:
+                flow.first_data = now
             if self._lead_phase == "probing" and flow.id == self._lead_name:
                 self._judge_lead(now)
             if lane.kind == "duplicate" and lane.shadow_of is not None:
@@ -2455,6 +2619,12 @@ class DownloadEngine:
                     if left <= 0:
                         break
                     due = self._judge_parkings_soon(now) if self._parkings else None
+                    early = self._early_look_due()
+                    if early is not None and early <= now:
+                        self._early_look(now)
+                        early = self._early_look_due()
+                    if early is not None:
+                        due = early if due is None else min(due, early)
                     self._lock.wait(left if due is None else min(left, max(0.01, due - now)))
                 if self._finished or self._abort is not None:
                     return
