@@ -344,7 +344,8 @@ def test_a_limited_server_behind_a_slower_link_keeps_what_the_link_takes(
 ) -> None:
     """vsftpd at 1 MB/s per connection behind a 20 Mbit/s link (2.5 MB/s): more
     connections pay up to the link's rate, not 8 of them. Those tried beyond
-    what the link takes are closed; the mirror keeps 2-4 in all."""
+    what the link takes are closed ("not needed" when some of a trial's pay, "no
+    gain" when none of them does); the mirror keeps 2-4 in all."""
     src = tmp_path / "data.bin"
     digest = make_file(src, SIZE, seed=8)
     spec = MirrorSpec(rate_bps=20 * MBIT, conn_rate_Bps=LIMIT, name="limited-link")
@@ -353,8 +354,8 @@ def test_a_limited_server_behind_a_slower_link_keeps_what_the_link_takes(
     started, ended = _stream_events(summary)
     closed = _events(summary, "stream", "not needed")
     print(summary["seconds"], started, ended, closed)
-    assert started and not ended
-    kept = len(started) - len(closed)
+    assert started
+    kept = len(started) - len(closed) - len(ended)
     assert 1 <= kept <= 3
     assert SIZE / summary["seconds"] > 1.6 * LIMIT
 

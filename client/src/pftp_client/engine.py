@@ -496,7 +496,7 @@ class DownloadEngine:
         self._stream_trials: dict[str, StreamTrial] = {}
         self._no_streams: set[str] = set()  # mirrors an extra connection did not help
         # mirrors whose kept trial scaled their rate with their connections: the
-        # next round gives them the rest at once (no signal needed)
+        # next round doubles them (no signal needed)
         self._stream_more: dict[str, str] = {}
         # the extra connections' arrivals (kept from the congestion detector's)
         self._stream_timings = FlowTimings(self.cfg.ring_capacity)
@@ -1508,6 +1508,10 @@ class DownloadEngine:
         add = streams_to_add(idles.get(f.id) if kind == "idle" else None, have,
                              self.cfg.max_streams,
                              burst=kind in ("burst", "scaled", "pauses") or key >= 0.5)
+        if kind == "scaled":
+            # (doubling, not all at once: its path's rate is still unknown, and each
+            # step that scales asks for the next)
+            add = min(add, have)
         floor = self._cut_floor(lane)
         left = lane.owned_end - max(lane.reserved, floor)
         if left < rate * self.cfg.stream_min_left_s:
@@ -1590,8 +1594,9 @@ class DownloadEngine:
         """Lock held: one mirror's trial (_judge_stream)."""
         extras = [self.flows[i] for i in trial.streams]
         live = [e for e in extras if e.alive and not e.cancel.is_set()]
-        firsts = [e.lane.first_byte for e in live if e.lane is not None]
-        waiting = len(firsts) < len(live) or None in firsts
+        # (its first data on any range: one between ranges has no lane for a moment)
+        firsts = [e.first_data for e in live]
+        waiting = None in firsts
         if not live or (waiting and now - trial.at > self.cfg.timeout):
             del self._stream_trials[trial.mirror]
             self._no_streams.add(trial.mirror)
@@ -1608,9 +1613,8 @@ class DownloadEngine:
         others = 0.0
         for g in self.flows.values():
             if g.id in trial.streams:
-                lane_first = g.lane.first_byte if g.lane is not None else None
-                if lane_first is not None and now > lane_first:
-                    after += g.stats.received / (now - lane_first)
+                if g.first_data is not None and now > g.first_data:
+                    after += g.stats.received / (now - g.first_data)
             elif g.mirror.name == extras[0].mirror.name:
                 after += (g.stats.received - trial.received.get(g.id, 0)) / (now - trial.at)
             elif g.id in trial.received and g.alive and not g.parked and not g.standby:
