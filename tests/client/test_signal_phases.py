@@ -81,6 +81,29 @@ def test_the_phases_follow_the_download(tmp_path: Path) -> None:
     assert r.stderr == "pftp: interrupted\n"  # (the download had ended: no resume hint)
 
 
+def test_a_signal_while_the_result_is_printed_adds_no_second_object(tmp_path: Path) -> None:
+    """SIGTERM between the --json summary's write and its mark as shown printed a
+    failure object after the summary (the Ctrl-C sweep saw two objects once): it
+    is held until the summary is out, then ends the process without one."""
+    r = _child(
+        "import os, signal, sys\n"
+        "sys.argv = ['pftp', 'get', '--json']\n"
+        "from pftp_client import launch\n"
+        "launch.catch_signals()\n"
+        "def write():\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    sum(range(1000))  # (a call: where a pending handler runs)\n"
+        "    sys.stdout.write('{\"done\": true}\\n')\n"
+        "    sys.stdout.flush()\n"
+        "launch.show_result(write)\n"
+        "print('not reached')\n",
+        tmp_path,
+    )
+    assert r.returncode == 143, r.stderr
+    assert json.loads(r.stdout) == {"done": True}, r.stdout
+    assert r.stderr.startswith("pftp: terminated")
+
+
 def test_a_ctrl_c_swallowed_before_the_entry_point_is_honoured(tmp_path: Path) -> None:
     """A KeyboardInterrupt raised in a module lock's weakref callback is reported as
     ignored, and the import lock stays held: launch.main finds it held, and ends

@@ -28,7 +28,7 @@ from typing import Any
 # while the mirrors answer the size probe; the exceptions it may raise are told
 # apart by module (_exit_code) so that the CLI does not import them first.
 from pftp_client.downloader import UsageError, download
-from pftp_client.launch import DownloadPhases, Terminated, catch_signals, result_shown
+from pftp_client.launch import DownloadPhases, Terminated, catch_signals, show_result
 from pftp_client.progress import choose_progress
 from pftp_client.settings import SettingsError, load_settings
 
@@ -317,10 +317,7 @@ def get(
         raise _fail(code, f"{exc}{hint}") from exc
     out = summary.to_json_dict() if json_out or plot is not None else {}
     if json_out:
-        # one write: with PYTHONUNBUFFERED, json.dump writes every token on its own
-        sys.stdout.write(_json_text(out) + "\n")
-        result_shown()  # (a Ctrl-C now adds no failure object: launch.py)
-        sys.stdout.flush()
+        _print_json(_json_text(out) + "\n")  # (a Ctrl-C now adds no failure object)
     if plot is not None:
         problem = _write_plot(plot, out)
         if problem is not None:  # (the file is in place; the chart asked for is not)
@@ -346,9 +343,19 @@ def _json_failure(
 ) -> None:
     """With --json, a failed download still leaves one JSON object on stdout."""
     if json_out:
-        sys.stdout.write(_json_text(_failure(code, message, exc)) + "\n")
-        result_shown()
+        _print_json(_json_text(_failure(code, message, exc)) + "\n")
+
+
+def _print_json(text: str) -> None:
+    """The --json result on stdout, in one write, with signals held until it is out
+    and marked shown (launch.show_result): one JSON object whatever comes when."""
+
+    def write() -> None:
+        # one write: with PYTHONUNBUFFERED, json.dump writes every token on its own
+        sys.stdout.write(text)
         sys.stdout.flush()
+
+    show_result(write)
 
 
 def _plot_failure(

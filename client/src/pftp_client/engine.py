@@ -1602,6 +1602,9 @@ class DownloadEngine:
             self._no_streams.add(trial.mirror)
             for e in extras:
                 e.no_more_work = True
+                if e in live and e.first_data is None:
+                    self._event("stream", e, f"no data within {self.cfg.timeout:.0f} s: "
+                                "it takes no more work")
             return
         if waiting:
             return

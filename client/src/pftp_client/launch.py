@@ -27,7 +27,7 @@ import sys
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing)
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Any
 
 EXIT_INTERRUPTED = 130  # (cli.EXIT_INTERRUPTED, without importing the CLI)
@@ -54,6 +54,20 @@ def result_shown() -> None:
     """The CLI printed its --json result: an exit at once adds no failure object."""
     global _shown
     _shown = True
+
+
+def show_result(write: Callable[[], None]) -> None:
+    """Print the CLI's --json result with signals held, and mark it shown: a
+    signal between the write and the mark printed a failure object after it
+    (two JSON objects on stdout). A signal held meanwhile acts after."""
+    global _phase, _shown
+    before = _phase
+    _phase = _HOLD
+    try:
+        write()
+        _shown = True
+    finally:
+        _enter(before)
 
 
 def catch_signals() -> None:
