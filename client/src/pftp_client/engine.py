@@ -1394,14 +1394,14 @@ class DownloadEngine:
                 and two >= lane.first_byte and times.size > 0 and times[0] <= int(two * 1e9)
                 and steady(times, sizes, int(two * 1e9)))
 
-    def _trials_barred(self, agg_Bps: float) -> bool:
+    def _trials_barred(self, agg_Bps: float | None) -> bool:
         """Lock held: no trial now (one at a time with the access link unknown; none
         while the flows fill a known one, a lead start runs or flows are parked)."""
         access = self.cfg.access_bps
         return bool(
             self.cfg.max_streams <= 1
             or (self._stream_trials and not access)
-            or (access and agg_Bps * 8 >= self.cfg.access_full * access)
+            or (access and agg_Bps is not None and agg_Bps * 8 >= self.cfg.access_full * access)
             or self._lead_phase != "off"
             or self._parkings
             or self._finished
@@ -1481,9 +1481,7 @@ class DownloadEngine:
         agg = self._aggregate.rate(now)
         access = self.cfg.access_bps
         for f, _, why in sorted(looked, key=lambda x: -x[1]):
-            barred = (self._trials_barred(agg) if agg is not None
-                      else bool(self._stream_trials and not access))
-            if barred or not self._may_add_streams(f):
+            if self._trials_barred(agg) or not self._may_add_streams(f):
                 continue
             self._start_trial(f, 2.0, "pauses", now, {}, {}, {}, bool(access), reason=why)
             if not access:
@@ -1661,7 +1659,7 @@ class DownloadEngine:
                 and scales(trial.connections, len(live), trial.before_Bps, after)
             ):
                 # (each new connection carried what an old one did: the mirror's
-                # path is not full yet, the rest go at once)
+                # path is not full yet; the next round doubles them)
                 self._stream_more[trial.mirror] = (
                     f"its rate grew x{after / max(trial.before_Bps, 1.0):.2f} with "
                     f"{len(live)} more connections"
