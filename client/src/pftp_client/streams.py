@@ -26,6 +26,13 @@ client's access link is unknown, not at the other mirrors' expense; otherwise th
 extra connections finish their ranges and take no more work, and that mirror gets
 no other. These are the pure parts of that decision; the engine
 (engine._try_stream, _judge_stream) holds the state.
+
+A server's limit shows from its first bursts, before a monitor round has passed:
+the engine's early look (engine._early_look, half a second in) reads
+``paused_share`` (even bursts, the connection paused most of the time) and whole
+bursts per receive (``burst_bytes``). A trial whose rate grew with its
+connections (``scales``) is followed by one that doubles them; one with more
+connections than the path takes keeps those the new rate needs (``kept_streams``).
 """
 
 from __future__ import annotations
