@@ -26,6 +26,7 @@ from pftp_client.streams import (
     needed_gain,
     others_kept,
     paused_share,
+    rate_since,
     scales,
     steady,
     streams_to_add,
@@ -148,6 +149,13 @@ def test_what_a_receive_that_waited_returned() -> None:
     assert burst_bytes((4, 4 * 1448), (20, 4 * 1448 + 16 * 65536)) == 65536
     assert burst_bytes((4, 100), (6, 200)) is None  # too few to say
     assert burst_bytes((900, 10**6), (10, 14480)) == 1448  # a new fetcher's counters
+    assert burst_bytes(None, (4, 4 * 65536), min_waits=5) is None  # the early look's 5
+
+
+def test_the_rate_of_the_arrivals_since_a_moment() -> None:
+    t, n = _arrivals(np.arange(100) * 0.01, size=1000)  # 100 kB/s for a second
+    assert rate_since(t, n, 0.5, 1.0) == pytest.approx(100_000, rel=0.03)
+    assert rate_since(t, n, 1.0, 1.0) == 0.0
 
 
 def test_a_rate_that_changed_is_not_steady() -> None:

@@ -62,6 +62,7 @@ from pftp_client.streams import (
     needed_gain,
     others_kept,
     paused_share,
+    rate_since,
     scales,
     steady,
     streams_to_add,
@@ -1281,6 +1282,7 @@ class DownloadEngine:
         clumps: dict[str, float] = {}
         first_round: set[str] = set()
         for f in self.flows.values():
+            snap = None  # (its arrivals, read once a round)
             if f.rx_mark is not None and now > f.rx_mark[0]:
                 f.round_Bps = (f.stats.received - f.rx_mark[1]) / (now - f.rx_mark[0])
             elif (f.rx_mark is None and f.lane is not None and f.lane.first_byte is not None
@@ -1289,12 +1291,12 @@ class DownloadEngine:
                 # (a shaper's bucket and slow start before that look like pauses): a
                 # limited server's connection is tried a round sooner.
                 begin = f.lane.first_byte + self.cfg.stream_first_skip_s
-                ring = self.timings if f.stream_of is None else self._stream_timings
-                times, sizes = ring.snapshot(f.id)
+                snap = self._arrivals(f)
+                times, sizes = snap
                 if now - begin >= 0.3 and times.size and times[0] <= int(begin * 1e9):
                     since[f.id] = begin
                     first_round.add(f.id)
-                    f.round_Bps = float(sizes[times >= int(begin * 1e9)].sum()) / (now - begin)
+                    f.round_Bps = rate_since(times, sizes, begin, now)
             f.round_before = f.round_from
             f.round_from = f.rx_mark[0] if f.rx_mark is not None else since.get(f.id)
             f.rx_mark = (now, f.stats.received)
@@ -1311,11 +1313,9 @@ class DownloadEngine:
                 losses[f.id] = share
                 if share >= self.cfg.stream_loss_share:
                     self._log(f"{f.id}: {share:.1%} of its segments out of order")
-            ring = self.timings if f.stream_of is None else self._stream_timings
-            times, sizes = ring.snapshot(f.id)
+            times, sizes = snap if snap is not None else self._arrivals(f)
             start = max(since[f.id], lane.first_byte)
-            ask_waits = getattr(f.fetcher, "waited_reads", None)
-            waits = ask_waits() if ask_waits is not None else None
+            waits = self._waited_reads(f)
             burst = burst_bytes(f.wait_mark, waits) if waits is not None else None
             f.wait_mark = waits
             idle = idle_share(times, sizes, int(start * 1e9))
@@ -1381,6 +1381,19 @@ class DownloadEngine:
             if not access:
                 break  # (one at a time: the others' rates tell whether it paid)
 
+    def _arrivals(self, f: Flow) -> tuple[np.ndarray, np.ndarray]:
+        """``f``'s recent (arrival ns, bytes); an extra connection's are kept apart
+        from the congestion detector's."""
+        ring = self.timings if f.stream_of is None else self._stream_timings
+        return ring.snapshot(f.id)
+
+    @staticmethod
+    def _waited_reads(f: Flow) -> tuple[int, int] | None:
+        """``f``'s fetcher's (receives that waited for data, their bytes), if it
+        counts them."""
+        ask = getattr(f.fetcher, "waited_reads", None)
+        return ask() if ask is not None else None
+
     def _steady(self, f: Flow, times: np.ndarray, sizes: np.ndarray, start: float) -> bool:
         """Lock held: did ``f`` carry alike in both halves of its last monitor round,
         or, failing that, of its last two? nginx's limit_rate counts in whole
@@ -1443,17 +1456,16 @@ class DownloadEngine:
             if not f.alive:
                 continue
             since = f.first_data + self.cfg.stream_early_skip_s
-            times, sizes = self.timings.snapshot(f.id)
+            times, sizes = self._arrivals(f)
             if not times.size or times[0] > int(since * 1e9):
                 continue  # (the ring no longer holds its start: a fast flow)
             share = paused_share(times, sizes, int(since * 1e9))
             # (behind a fast link a whole burst arrives in one receive: too few
             # arrivals for paused_share, but what those receives return says it)
-            ask_waits = getattr(f.fetcher, "waited_reads", None)
-            waits = ask_waits() if ask_waits is not None else None
-            burst = burst_bytes(None, waits) if waits is not None and waits[0] >= 5 else None
-            got = float(sizes[times >= int(since * 1e9)].sum())
-            clump = burst / (got / (now - since)) if burst and got else 0.0
+            waits = self._waited_reads(f)
+            burst = burst_bytes(None, waits, min_waits=5) if waits is not None else None
+            mean = rate_since(times, sizes, since, now)
+            clump = burst / mean if burst and mean else 0.0
             paused = share is not None and share >= self.cfg.stream_early_share
             bursts = (burst is not None and burst >= self.cfg.stream_burst_bytes
                       and clump >= self.cfg.stream_early_burst_s)
@@ -1472,12 +1484,11 @@ class DownloadEngine:
         for g in self.flows.values():
             if g.first_data is None or not g.alive:
                 continue
-            ring = self.timings if g.stream_of is None else self._stream_timings
-            t, b = ring.snapshot(g.id)
+            t, b = self._arrivals(g)
             begin = max(g.first_data + self.cfg.stream_early_skip_s,
                         now - self.cfg.stream_early_s)
             if now - begin > 0.1 and t.size and t[0] <= int(begin * 1e9):
-                g.round_Bps = float(b[t >= int(begin * 1e9)].sum()) / (now - begin)
+                g.round_Bps = rate_since(t, b, begin, now)
         agg = self._aggregate.rate(now)
         access = self.cfg.access_bps
         for f, _, why in sorted(looked, key=lambda x: -x[1]):

@@ -60,12 +60,12 @@ def show_result(write: Callable[[], None]) -> None:
     """Print the CLI's --json result with signals held, and mark it shown: a
     signal between the write and the mark printed a failure object after it
     (two JSON objects on stdout). A signal held meanwhile acts after."""
-    global _phase, _shown
+    global _phase
     before = _phase
     _phase = _HOLD
     try:
         write()
-        _shown = True
+        result_shown()
     finally:
         _enter(before)
 

@@ -157,10 +157,12 @@ def paused_share(
     return float(gaps[pause].sum()) / span if span > 0 else None
 
 
-def burst_bytes(before: tuple[int, int] | None, now: tuple[int, int]) -> float | None:
+def burst_bytes(
+    before: tuple[int, int] | None, now: tuple[int, int], min_waits: int = 3
+) -> float | None:
     """Bytes one receive that waited for data returned, on average, between two
     readings of a connection's (waited receives, their bytes) counters; None with
-    fewer than 3 such receives.
+    fewer than ``min_waits`` such receives.
 
     A receive that waits returns what arrived at once when the data came. At a
     bottleneck's pace that is a few segments (the links' and the shaper's
@@ -173,9 +175,17 @@ def burst_bytes(before: tuple[int, int] | None, now: tuple[int, int]) -> float |
     w, b = now
     if w < w0 or b < b0:
         w0, b0 = 0, 0
-    if w - w0 < 3:
+    if w - w0 < min_waits:
         return None
     return (b - b0) / (w - w0)
+
+
+def rate_since(times_ns: np.ndarray, nbytes: np.ndarray, since_s: float, now_s: float) -> float:
+    """Bytes per second that arrived between ``since_s`` and ``now_s`` (the engine's
+    clock, in which arrival times are ns), from one connection's arrivals."""
+    if now_s <= since_s:
+        return 0.0
+    return float(nbytes[times_ns >= int(since_s * 1e9)].sum()) / (now_s - since_s)
 
 
 def steady(
