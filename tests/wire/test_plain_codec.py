@@ -99,6 +99,8 @@ def _mirror_doc(draw: st.DrawFn, ranged: bool) -> dict:
     if draw(st.booleans()):
         doc["expected_bps"] = draw(maybe_float)
     if draw(st.booleans()):
+        doc["connections"] = draw(st.integers(1, 64))
+    if draw(st.booleans()):
         doc["explain"] = draw(explain)
     if draw(st.booleans()):
         doc["from_a_newer_coordinator"] = draw(names)  # ignored by both
@@ -239,6 +241,9 @@ def _set(path: str, value: object) -> object:
         _set("assignments.0.url", None),
         _set("assignments.0.suitability", "high"),
         _set("assignments.0.explain", {"s": "x"}),
+        _set("assignments.0.connections", 0),
+        _set("assignments.0.connections", 65),
+        _set("backups.0.connections", 2.5),
         _set("backups", {}),
         _set("backups.0.mirror", 3),
         _set("mode", "fastest"),

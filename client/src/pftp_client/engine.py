@@ -48,7 +48,14 @@ from pftp_client.lead import LeadSettings, judge_start, judge_steady, pays_off
 from pftp_client.part_file import PartFile
 from pftp_client.pieces import PieceGrid, split_unit
 from pftp_client.plan import MirrorSource, Plan
-from pftp_client.ranges import MAX_ROUNDS, ROUND_BLOCK_BYTES, RangeOwners, RangeSet, deal_in_rounds
+from pftp_client.ranges import (
+    MAX_ROUNDS,
+    ROUND_BLOCK_BYTES,
+    RangeOwners,
+    RangeSet,
+    deal_in_rounds,
+    split_evenly,
+)
 from pftp_client.rate import RateMeter
 from pftp_client.slow_server import FlowProgress, find_slow_flows, reduced_portion
 from pftp_client.streams import (
@@ -272,6 +279,9 @@ class EngineConfig:
     stream_early_skip_s: float = 0.1
     stream_early_share: float = 0.85
     stream_early_burst_s: float = 0.04
+    # A mirror the coordinator advised several connections for (Assignment.
+    # connections) gets them at start, each with at least this much of its portion.
+    advised_min_part_bytes: int = 1 << 20
 
 
 LaneKind = Literal["normal", "duplicate", "repair"]
@@ -502,6 +512,9 @@ class DownloadEngine:
         # the extra connections' arrivals (kept from the congestion detector's)
         self._stream_timings = FlowTimings(self.cfg.ring_capacity)
         self._stream_ids = itertools.count(2)
+        # mirror -> the ranges of the connections the coordinator advised it
+        # beyond the first (Assignment.connections), started with the flows
+        self._advised: dict[str, list[RangeSet]] = {}
 
     # --- public -----------------------------------------------------------------------
 
@@ -515,6 +528,7 @@ class DownloadEngine:
             else:
                 for src in self.plan.active:
                     self._start_flow(src, "active")
+                self._start_advised()
         monitor = threading.Thread(target=self._monitor, name="pftp-monitor", daemon=True)
         monitor.start()
         if self._detector_factory is not None:
@@ -937,7 +951,10 @@ class DownloadEngine:
                 p.mirror.name: todo.intersection(p.start, p.end) for p in self.plan.portions
             }
             for p in self.plan.portions:
-                self._initial_for[p.mirror.name] = by_mirror[p.mirror.name]
+                parts = self._advised_split(p.mirror, by_mirror[p.mirror.name])
+                self._initial_for[p.mirror.name] = parts[0]
+                if len(parts) > 1:
+                    self._advised[p.mirror.name] = parts[1:]
         elif self._lead_applies(todo):
             lead = self.plan.active[0]
             self._lead_name = lead.name
@@ -951,6 +968,39 @@ class DownloadEngine:
         else:
             for src, g in zip(self.plan.active, self._even_groups(todo), strict=True):
                 self._initial_for[src.name] = g
+
+    def _advised_split(self, src: MirrorSource, work: RangeSet) -> list[RangeSet]:
+        """``work`` in as many parts as the connections the coordinator advised for
+        ``src`` (at most max_streams; each part at least advised_min_part_bytes),
+        cut at piece boundaries: the first for its flow, the others for connections
+        opened with it."""
+        n = min(src.connections, self.cfg.max_streams,
+                work.total() // max(self.cfg.advised_min_part_bytes, 1))
+        if n <= 1:
+            return [work]
+        groups = split_evenly(work, n)
+        for a, b in itertools.pairwise(groups):
+            head = b.first()
+            if head is None:
+                continue
+            cut = min(self.grid.align_up(head[0]), head[1])
+            if cut > head[0]:  # (the bytes up to the piece boundary stay with a)
+                b.remove(head[0], cut)
+                a.add(head[0], cut)
+        return [g for g in groups if g]
+
+    def _start_advised(self) -> None:
+        """Lock held, at start: the advised connections (_advised_split)."""
+        for name, parts in self._advised.items():
+            parent = self.flows.get(name)
+            if parent is None:
+                continue
+            for part in parts:
+                self._start_stream(
+                    parent, part,
+                    f"the coordinator found each connection to {name} held below its "
+                    f"path's rate: {len(parts) + 1} at once; takes {part.total()} bytes",
+                )
 
     def _even_groups(self, todo: RangeSet) -> list[RangeSet]:
         """An even start's work for each active mirror, in plan order (also what
@@ -1356,6 +1406,8 @@ class DownloadEngine:
             by_idle = scaled or burst or (idle is not None and idle >= need_idle)
             if not (by_loss or by_idle):
                 continue
+            if not scaled and mirror in self._advised and self._mirror_carries_expected(mirror):
+                continue  # (its advised connections carry what the coordinator measured)
             lane = f.lane
             rtt = self._path_rtt(f)
             warm = (self.cfg.stream_warm_s if not by_idle
@@ -1450,7 +1502,8 @@ class DownloadEngine:
         looked = []
         for f in self.flows.values():
             if (f.first_data is None or f.early_looked or f.stream_of is not None
-                    or now < f.first_data + self.cfg.stream_early_s):
+                    or now < f.first_data + self.cfg.stream_early_s
+                    or f.id in self._advised):  # (has its connections already)
                 continue
             f.early_looked = True
             if not f.alive:
@@ -1550,7 +1603,7 @@ class DownloadEngine:
         started = []
         for lo, hi in zip(cuts, [*cuts[1:], end], strict=True):
             extra = self._start_stream(
-                self.flows[mirror], lo, hi,
+                self.flows[mirror], RangeSet([(lo, hi)]),
                 f"{why} at {rate * 8 / 1e6:.2f} Mbit/s; takes [{lo}, {hi})",
             )
             started.append(extra.id)
@@ -1573,14 +1626,25 @@ class DownloadEngine:
             return False
         return (flow.round_Bps or 0.0) * 8 >= self.cfg.stream_expected_share * expected
 
-    def _start_stream(self, parent: Flow, start: int, end: int, why: str) -> Flow:
-        """Lock held: another connection to ``parent``'s mirror, its first range
-        [start, end) (cut from one of that mirror's flows)."""
+    def _mirror_carries_expected(self, mirror: str) -> bool:
+        """Lock held: do all of ``mirror``'s connections together carry what the
+        coordinator expected of it (stream_expected_share of it) over the round?"""
+        flow = self.flows.get(mirror)
+        expected = flow.mirror.expected_bps if flow is not None else None
+        if not expected:
+            return False
+        total = sum(g.round_Bps or 0.0 for g in self.flows.values()
+                    if g.mirror.name == mirror and g.alive)
+        return total * 8 >= self.cfg.stream_expected_share * expected
+
+    def _start_stream(self, parent: Flow, work: RangeSet, why: str) -> Flow:
+        """Lock held: another connection to ``parent``'s mirror, its first work
+        (cut from one of that mirror's flows)."""
         fid = f"{parent.id}#{next(self._stream_ids)}"
         stats = MirrorStats(name=parent.mirror.name, url=parent.mirror.url,
                             role=parent.stats.role, state="connecting")
         flow = Flow(id=fid, mirror=parent.mirror, stats=stats, stream_of=parent.id)
-        flow.initial = RangeSet([(start, end)])
+        flow.initial = work
         self.flows[fid] = flow
         self._event("stream", flow, f"another connection: {why}")
         flow.thread = threading.Thread(

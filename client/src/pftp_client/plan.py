@@ -34,6 +34,9 @@ class MirrorSource:
     url: str
     expected_bps: float | None = None  # bits/s, the coordinator's estimate
     suitability: float | None = None
+    # connections to open at once (the coordinator's probe found each one held
+    # below the path's rate, and this many together carried expected_bps)
+    connections: int = 1
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,7 @@ def plan_from_assignments(resp: plain.AssignmentResponse | models.AssignmentResp
         end = a.offset + a.length
         spans.append((a.mirror, a.offset, end))
         if a.length:
-            src = MirrorSource(a.mirror, a.url, a.expected_bps, a.suitability)
+            src = MirrorSource(a.mirror, a.url, a.expected_bps, a.suitability, a.connections)
             portions.append(Portion(src, a.offset, end))
     if not resp.assignments and info.size > 0:
         raise PlanError("the coordinator assigned no mirror")
@@ -166,12 +169,12 @@ def plan_from_assignments(resp: plain.AssignmentResponse | models.AssignmentResp
         if b.mirror in seen:
             continue  # a backup that is already active adds nothing
         seen.add(b.mirror)
-        backups.append(MirrorSource(b.mirror, b.url, b.expected_bps, b.suitability))
+        backups.append(MirrorSource(b.mirror, b.url, b.expected_bps, b.suitability, b.connections))
     active = tuple(p.mirror for p in sorted(portions, key=lambda p: p.start))
     if not active and resp.assignments:
         # Zero-byte file: keep one mirror so the engine has somebody to ask.
         a = resp.assignments[0]
-        active = (MirrorSource(a.mirror, a.url, a.expected_bps, a.suitability),)
+        active = (MirrorSource(a.mirror, a.url, a.expected_bps, a.suitability, a.connections),)
     return Plan(
         file=ident,
         mode="coordinated",

@@ -55,6 +55,10 @@ class Assignment(_Wire):
     length: int = Field(ge=0)
     suitability: float
     expected_bps: float | None = None
+    # Connections to open to this mirror at once: >1 when the coordinator's probe
+    # found each connection held below the path's rate (a per-connection limit)
+    # and that many together carried expected_bps.
+    connections: int = Field(default=1, ge=1, le=64)
     # Per-variable suitability S_k of this mirror (why it was chosen).
     explain: dict[str, float] = Field(default_factory=dict)
 
@@ -64,6 +68,7 @@ class Backup(_Wire):
     url: str
     suitability: float
     expected_bps: float | None = None
+    connections: int = Field(default=1, ge=1, le=64)  # (as Assignment's)
     explain: dict[str, float] = Field(default_factory=dict)
 
 

@@ -86,7 +86,10 @@ def _hex64(v: Any, loc: Loc, problems: Problems) -> Any:
     return v
 
 
-def _int(*, ge: int | None = None, gt: int | None = None, nullable: bool = False) -> Check:
+def _int(
+    *, ge: int | None = None, gt: int | None = None, le: int | None = None,
+    nullable: bool = False,
+) -> Check:
     def check(v: Any, loc: Loc, problems: Problems) -> Any:
         if v is None and nullable:
             return None
@@ -96,6 +99,8 @@ def _int(*, ge: int | None = None, gt: int | None = None, nullable: bool = False
             return _bad(problems, loc, f"Input should be greater than or equal to {ge}")
         if gt is not None and v <= gt:
             return _bad(problems, loc, f"Input should be greater than {gt}")
+        if le is not None and v > le:
+            return _bad(problems, loc, f"Input should be less than or equal to {le}")
         return v
 
     return check
@@ -203,6 +208,7 @@ class Assignment:
     length: int = field(metadata=_m(_int(ge=0)))
     suitability: float = field(metadata=_m(_float()))
     expected_bps: float | None = field(default=None, metadata=_m(_float(nullable=True)))
+    connections: int = field(default=1, metadata=_m(_int(ge=1, le=64)))
     explain: dict[str, float] = field(default_factory=dict, metadata=_m(_float_map))
 
 
@@ -212,6 +218,7 @@ class Backup:
     url: str = field(metadata=_m(_str()))
     suitability: float = field(metadata=_m(_float()))
     expected_bps: float | None = field(default=None, metadata=_m(_float(nullable=True)))
+    connections: int = field(default=1, metadata=_m(_int(ge=1, le=64)))
     explain: dict[str, float] = field(default_factory=dict, metadata=_m(_float_map))
 
 

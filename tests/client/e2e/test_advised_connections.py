@@ -1,0 +1,68 @@
+"""Connections the coordinator advises (Assignment.connections: its probe found each
+connection to a mirror held below the path's rate): the client opens them with the
+mirror's first, each on a part of the mirror's portion. Real FTP mirrors (pyftpdlib,
+one throttled per connection) and a canned coordinator answer."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pftp_client.downloader import download
+from pftp_client.engine import EngineConfig
+
+MIB = 1 << 20
+
+
+def _advised(summary, mirror: str) -> list[str]:
+    return [e.detail for e in summary.events
+            if e.kind == "stream" and e.mirror == mirror and "coordinator found" in e.detail]
+
+
+def _get(tmp_path: Path, coord: str, **kw) -> object:
+    return download("f.bin", coordinator=[coord], output=tmp_path / "f.bin", timeout=30.0,
+                    access_bandwidth_bps=None, congestion="off", **kw)
+
+
+def test_a_mirror_advised_three_connections_opens_them_at_once(
+    tmp_path: Path, ftp_mirrors, canned_coordinator, equal_plan
+) -> None:
+    data = os.urandom(6 * MIB + 7)
+    # m0 holds each connection to 1 MB/s: its portion (3 MiB) takes ~1 s on three
+    m = ftp_mirrors({"f.bin": data}, 2, throttle={0: 1_000_000})
+    answer = equal_plan(data, [x.url("f.bin") for x in m])
+    answer["assignments"][0]["connections"] = 3
+    coord = canned_coordinator(200, answer)
+    s = _get(tmp_path, coord.url)
+    assert s.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
+    advised = _advised(s, "m0")
+    assert len(advised) == 2, [e.detail for e in s.events]
+    assert all("3 at once" in d for d in advised)
+    # with the first connection, before any monitor round could have asked for them
+    assert all(e.at_s < 0.5 for e in s.events if e.detail in advised)
+    assert _advised(s, "m1") == []
+    # all three carried m0's portion: nothing went to the others or was fetched twice
+    m0 = next(x for x in s.mirrors if x.name == "m0")
+    assert m0.bytes >= answer["assignments"][0]["length"]
+    assert s.duplicate_bytes == 0
+    # and nothing was tried on top of the advice, nor closed for no gain
+    tried = [e.detail for e in s.events if e.kind == "stream" and e.detail not in advised]
+    assert not any("no gain" in d for d in tried), tried
+
+
+def test_advice_is_held_to_the_connection_limit_and_the_portion(
+    tmp_path: Path, ftp_mirrors, canned_coordinator, equal_plan
+) -> None:
+    data = os.urandom(4 * MIB)
+    m = ftp_mirrors({"f.bin": data}, 2)
+    answer = equal_plan(data, [x.url("f.bin") for x in m])
+    answer["assignments"][0]["connections"] = 8  # a 2 MiB portion: two 1 MiB parts
+    answer["assignments"][1]["connections"] = 4  # but --max-connections 1 below
+    coord = canned_coordinator(200, answer)
+    s = _get(tmp_path, coord.url, config=EngineConfig(advised_min_part_bytes=MIB))
+    assert s.sha256_verified
+    assert len(_advised(s, "m0")) == 1 and len(_advised(s, "m1")) == 1
+    (tmp_path / "f.bin").unlink()
+    s = _get(tmp_path, coord.url, max_connections=1)
+    assert s.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
+    assert _advised(s, "m0") == [] and _advised(s, "m1") == []
