@@ -412,3 +412,52 @@ def test_a_connection_that_fills_its_link_gets_no_other(tmp_path: Path) -> None:
     summary = json.loads(stdout)
     assert summary["sha256_verified"]
     assert not _events(summary, "stream")
+
+
+@pytest.mark.lab
+def test_the_coordinator_advises_connections_to_a_mirror_that_limits_each(
+    tmp_path: Path,
+) -> None:
+    """A real coordinator in the lab probes two mirrors: vsftpd holding each
+    connection to LIMIT on a 100 Mbit/s link, and one limited by its 20 Mbit/s
+    link only. Its answer gives the first several connections (its probe found
+    them to carry more together) and the second one; the client opens them with
+    the mirror's first connection, before any monitor round."""
+    repo = str(Path(__file__).resolve().parents[2])
+    if repo not in sys.path:
+        sys.path.insert(0, repo)
+    from bench import coordinator
+
+    src = tmp_path / "data.bin"
+    digest = make_file(src, SIZE, seed=9)
+    specs = [MirrorSpec(rate_bps=100 * MBIT, conn_rate_Bps=LIMIT, name="held"),
+             MirrorSpec(rate_bps=20 * MBIT, name="plain")]
+    with Lab(specs, files={"data.bin": src}, coordinator=True) as lab:
+        run = coordinator.start(lab, src, "data.bin")
+        try:
+            assert run.url, run.reason
+            print(run.probes)
+            out = tmp_path / "out" / "data.bin"
+            out.parent.mkdir()
+            out.parent.chmod(0o777)
+            argv = [sys.executable, "-m", "pftp_client.cli", "get", "data.bin",
+                    "--coordinator", run.url, "--no-discovery", "-o", str(out),
+                    "--quiet", "--json"]
+            env = {**os.environ, "XDG_CACHE_HOME": str(out.parent),
+                   "PFTP_ACCESS_BANDWIDTH": "1G"}
+            proc = lab.popen_in("client", argv, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+            stdout, stderr = proc.communicate(timeout=180)
+        finally:
+            coordinator.drop_db(run.database)
+    assert proc.returncode == 0, stderr[-2000:]
+    summary = json.loads(stdout)
+    assert summary["sha256_verified"] and summary["sha256"] == digest
+    advised = [e for e in summary["events"]
+               if e["kind"] == "stream" and "coordinator found" in e["detail"]]
+    print(summary["seconds"], [(e["mirror"], e["at_s"]) for e in advised])
+    assert advised and {e["mirror"] for e in advised} == {"held"}
+    assert all(e["at_s"] < 0.5 for e in advised)
+    held = next(m for m in summary["mirrors"] if m["name"] == "held")
+    # one connection cannot carry more than LIMIT: the advised ones did
+    assert held["bytes"] / held["seconds"] > 1.5 * LIMIT

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from pyftpdlib.authorizers import DummyAuthorizer
-from pyftpdlib.handlers import FTPHandler
+from pyftpdlib.handlers import FTPHandler, ThrottledDTPHandler
 from pyftpdlib.servers import FTPServer
 
 
@@ -28,10 +29,46 @@ class RunningServer:
         return self.connections[0]
 
 
+def paced_dtp(bytes_per_s: int, burst: int = 32 * 1024) -> type[ThrottledDTPHandler]:
+    """pyftpdlib's ThrottledDTPHandler holding each data connection to ``bytes_per_s``
+    the way vsftpd's anon_max_rate does: a buffer of ``burst`` bytes, then a sleep
+    until the connection is back on its schedule. pyftpdlib's own throttle sends two
+    seconds' worth at once and then sleeps two seconds: a probe read shorter than
+    that would never see the limit."""
+
+    class PacedDTP(ThrottledDTPHandler):
+        write_limit = bytes_per_s
+        ac_out_buffer_size = burst  # (one send = one burst)
+        _started: float | None = None
+
+        def _throttle_bandwidth(self, len_chunk: int, max_speed: int) -> None:
+            now = time.monotonic()
+            if self._started is None:
+                self._started = now
+            self._datacount += len_chunk
+            sleep_s = self._started + self._datacount / max_speed - now
+            if sleep_s <= 0.001:
+                return
+
+            def wake() -> None:
+                self.add_channel(events=self.ioloop.READ if self.receive else self.ioloop.WRITE)
+
+            self.del_channel()
+            self._cancel_throttler()
+            self._throttler = self.ioloop.call_later(sleep_s, wake, _errback=self.handle_error)
+
+    return PacedDTP
+
+
 @contextmanager
-def ftp_server(root: Path, *, mlsd: bool = True, port: int = 0) -> Iterator[RunningServer]:
+def ftp_server(
+    root: Path, *, mlsd: bool = True, port: int = 0, write_limit: int = 0,
+    max_cons_per_ip: int = 0,
+) -> Iterator[RunningServer]:
     """Anonymous read-only pyftpdlib on 127.0.0.1; ``mlsd=False`` = a server that
-    only knows LIST (like vsftpd)."""
+    only knows LIST (like vsftpd); ``write_limit`` > 0: each data connection held
+    to that many bytes/s (``paced_dtp``); ``max_cons_per_ip`` > 0: sessions refused
+    beyond that many per address."""
     auth = DummyAuthorizer()
     auth.add_anonymous(str(root))
     counter = [0]
@@ -42,11 +79,14 @@ def ftp_server(root: Path, *, mlsd: bool = True, port: int = 0) -> Iterator[Runn
 
     Handler.authorizer = auth
     Handler.timeout = 30
+    if write_limit:
+        Handler.dtp_handler = paced_dtp(write_limit)
     if not mlsd:
         Handler.proto_cmds = {
             k: v for k, v in FTPHandler.proto_cmds.items() if k not in ("MLSD", "MLST")
         }
     server = FTPServer(("127.0.0.1", port), Handler)
+    server.max_cons_per_ip = max_cons_per_ip
     active = threading.Event()
     active.set()
 

@@ -199,8 +199,10 @@ def test_assignments_contract(db_url: str, tmp_path: Path) -> None:
         for a in parts:
             assert a["url"].startswith("ftp://127.0.0.1:") and a["url"].endswith("/pub/iso/big.iso")
             assert set(a) >= {"mirror", "url", "offset", "length", "suitability", "expected_bps"}
+            assert a["connections"] == 1  # no probe found a held connection
         for b in body["backups"]:
             assert set(b) >= {"mirror", "url", "suitability", "expected_bps"}
+            assert b["connections"] == 1
 
         # http only: the http base URLs are used
         r = _assign(client, protocols=["http"])

@@ -7,7 +7,7 @@ from alembic.runtime.migration import MigrationContext
 from pftp_coordinator import migrate
 from pftp_coordinator.db import create_db_engine
 from pftp_coordinator.models import Base
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 
 def _schema_diff(url: str) -> list:
@@ -74,3 +74,34 @@ def test_migrations_dir_found() -> None:
     d = migrate.migrations_dir()
     assert (d / "env.py").is_file()
     assert any((d / "versions").glob("*.py"))
+
+
+def _probe_columns(url: str) -> set[str]:
+    engine = create_db_engine(url)
+    try:
+        return {c["name"] for c in inspect(engine).get_columns("path_probes")}
+    finally:
+        engine.dispose()
+
+
+def test_0002_adds_path_probe_connections_and_keeps_rows(db_url: str) -> None:
+    migrate.upgrade(db_url, "0001")
+    assert "connections" not in _probe_columns(db_url)
+    engine = create_db_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO mirrors (name, enabled, state, consecutive_failures,"
+                              " created_at) VALUES ('m', true, 'up', 0, CURRENT_TIMESTAMP)"))
+            conn.execute(text("INSERT INTO path_probes (mirror_id, ts, method, ok, samples,"
+                              " throughput_bps) SELECT id, CURRENT_TIMESTAMP, 'ftp-range', true,"
+                              " 1, 8e6 FROM mirrors"))
+        migrate.upgrade(db_url, "0002")
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT throughput_bps, connections FROM path_probes")).all()
+        assert [tuple(r) for r in rows] == [(8e6, None)]  # old rows: not known
+        migrate.downgrade(db_url, "0001")
+        assert "connections" not in _probe_columns(db_url)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM path_probes")).scalar() == 1
+    finally:
+        engine.dispose()

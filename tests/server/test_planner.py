@@ -24,7 +24,7 @@ SHA = "ab" * 32
 MIB = 1 << 20
 
 
-def mirror(mid, *, mbps=10.0, enabled=True, state="up", urls=None):
+def mirror(mid, *, mbps=10.0, enabled=True, state="up", urls=None, connections=None):
     return MirrorInfo(
         id=mid,
         name=f"m{mid}",
@@ -34,7 +34,12 @@ def mirror(mid, *, mbps=10.0, enabled=True, state="up", urls=None):
         if urls is not None
         else {"ftp": f"ftp://10.0.0.{mid}/pub/", "http": f"http://10.0.0.{mid}"},
         metrics=MirrorMetrics(
-            key=mid, probe_throughput_bps=mbps * 1e6, rtt_s=0.02, loss=0.0, probe_ts=NOW
+            key=mid,
+            probe_throughput_bps=mbps * 1e6,
+            rtt_s=0.02,
+            loss=0.0,
+            probe_ts=NOW,
+            probe_connections=connections,
         ),
     )
 
@@ -239,3 +244,23 @@ def test_plan_cache_gives_the_same_answers_and_is_per_settings():
     plan(other, protocols=("ftp",), settings=small)
     plan(other, protocols=("http",), settings=small)
     assert list(other.memo["plan_cache"][2]) == [(1, ("http",))]
+
+
+def test_connections_come_from_the_probe_and_default_to_one():
+    # m2's probe found each connection held and 3 together carrying its 40 Mbit/s.
+    mirrors = [mirror(1, mbps=10), mirror(2, mbps=40, connections=3), mirror(3, mbps=20),
+               mirror(4, mbps=5, connections=1)]
+    snap = snapshot(mirrors)
+    resp = plan(snap, bw=int(60e6))
+    assert [(a.mirror, a.connections) for a in resp.assignments] == [("m2", 3), ("m3", 1)]
+    assert resp.backups and all(b.connections == 1 for b in resp.backups)
+    # a backup carries its mirror's connections too
+    held_backup = snapshot([mirror(1, mbps=40), mirror(2, mbps=20, connections=5)])
+    resp = plan(held_backup, bw=int(30e6))
+    assert [(b.mirror, b.connections) for b in resp.backups] == [("m2", 5)]
+    # the hot path's plain data says the same
+    model, fast = _both(snap, Settings(), bw=int(60e6), protocols=("ftp", "http"), rate=0.0,
+                        seed=1)
+    body = AssignmentResponse.model_validate_json(fast.body)
+    assert body.model_dump(exclude={"request_id"}) == model.model_dump(exclude={"request_id"})
+    assert {a.mirror: a.connections for a in body.assignments}["m2"] == 3

@@ -336,3 +336,43 @@ def test_request_does_not_refresh_when_the_periodic_thread_keeps_up(factory):
         assert second.taken_at == T + 5
     finally:
         cache._thread = None
+
+
+def test_connections_of_the_newest_throughput_probe_reach_the_answer(factory):
+    with factory() as s:
+        ids = populate(s)
+        a, b, g = ids["alpha"], ids["beta"], ids["gamma"]
+
+        def tp(mid: int, age_s: float, conns: int | None, ok: bool = True) -> PathProbe:
+            return PathProbe(mirror_id=mid, ts=ago(age_s), method="ftp-range", ok=ok,
+                             throughput_bps=20e6 if ok else None, connections=conns)
+
+        s.add_all(
+            [
+                # alpha: 3 at the newest probe that knew; a newer one whose parallel
+                # read failed (None) and a failed one do not hide it; a stale 6 does.
+                tp(a, 7 * 3600, 6),
+                tp(a, 600, 3),
+                tp(a, 300, None),
+                tp(a, 60, None, ok=False),
+                # beta: held once, then one connection was what the path gave
+                tp(b, 900, 4),
+                tp(b, 100, 1),
+                # gamma: only a stale row
+                tp(g, 7 * 3600, 2),
+            ]
+        )
+        s.commit()
+    with factory() as s:
+        snap = build_snapshot(s, now=T, half_life_s=HL, stale_after_s=6 * 3600)
+    assert snap.mirrors[a].metrics.probe_connections == 3
+    assert snap.mirrors[b].metrics.probe_connections == 1
+    assert snap.mirrors[g].metrics.probe_connections is None
+
+    settings = Settings(min_portion_bytes=1, max_mirrors=3, backup_count=3)
+    req = AssignmentRequest(file="c.iso", protocols=["ftp"])
+    resp = plan_assignments(
+        snap, req, settings=settings, request_rate_rps=0, rng=random.Random(1), now=T
+    )
+    got = {e.mirror: e.connections for e in [*resp.assignments, *resp.backups]}
+    assert got == {"alpha": 3, "beta": 1, "gamma": 1}

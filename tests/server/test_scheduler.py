@@ -78,14 +78,26 @@ def test_retention_aggregates_hourly(db_url):
                     mirror_id=mid, ts=ts, cpu_percent=10.0 * i, memory_percent=50, connections=i
                 )
             )
+            # throughput rows: the hour's connections are the most any probe needed
+            s.add(
+                PathProbe(mirror_id=mid, ts=ts, method="ftp-range", ok=True,
+                          throughput_bps=1e6 * (i + 1), connections=[1, None, 3, None, None, 2][i])
+            )
         s.add(PathProbe(mirror_id=mid, ts=now, method="tcp-connect", ok=True, rtt_s=0.5))
     out = apply_retention(factory, Settings(database_url=None, retention_days=30))
-    assert (out.probes_aggregated, out.probe_rows_written) == (6, 2)
+    assert (out.probes_aggregated, out.probe_rows_written) == (12, 4)
     assert (out.samples_aggregated, out.sample_rows_written) == (6, 2)
     with session_scope(factory) as s:
-        probes = s.scalars(select(PathProbe).order_by(PathProbe.ts)).all()
+        probes = s.scalars(
+            select(PathProbe).where(PathProbe.method == "tcp-connect").order_by(PathProbe.ts)
+        ).all()
         assert [p.samples for p in probes] == [3, 3, 1]
         assert probes[0].ts == old and abs(probes[0].rtt_s - 0.02) < 1e-9
+        tps = s.scalars(
+            select(PathProbe).where(PathProbe.method == "ftp-range").order_by(PathProbe.ts)
+        ).all()
+        assert [(p.samples, p.connections) for p in tps] == [(3, 3), (3, 2)]
+        assert abs(tps[0].throughput_bps - 2e6) < 1e-3
         util = s.scalars(select(UtilizationSample).order_by(UtilizationSample.ts)).all()
         assert [u.samples for u in util] == [3, 3] and util[1].cpu_percent == 40.0
     # Idempotent: nothing left to aggregate.

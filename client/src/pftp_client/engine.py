@@ -369,6 +369,7 @@ class Flow:
     round_from: float | None = None  # when its last monitor round began
     round_before: float | None = None  # ... and the one before it
     early_looked: bool = False  # its first half second was read (_early_look)
+    after_parent: bool = False  # an advised connection: opens after its mirror's first
 
     def rate_estimate(self, now: float) -> float | None:
         r = self.rate.rate(now)
@@ -1000,7 +1001,22 @@ class DownloadEngine:
                     parent, part,
                     f"the coordinator found each connection to {name} held below its "
                     f"path's rate: {len(parts) + 1} at once; takes {part.total()} bytes",
+                    after_parent=True,
                 )
+
+    def _await_parent(self, flow: Flow) -> None:
+        """An advised connection opens once its mirror's first has its connection:
+        that one takes the transfer started at the portion's start while the
+        engine loaded (downloader's opener hands it to whichever asks first; taken
+        by another, it would be aborted and made again)."""
+        parent = self.flows.get(flow.stream_of or "")
+        deadline = self._clock() + self.cfg.timeout
+        with self._lock:
+            while (parent is not None and parent.alive and parent.fetcher is None
+                   and not parent.consecutive_failures and not flow.cancel.is_set()
+                   and not self._finished and self._abort is None
+                   and self._clock() < deadline):
+                self._lock.wait(0.02)
 
     def _even_groups(self, todo: RangeSet) -> list[RangeSet]:
         """An even start's work for each active mirror, in plan order (also what
@@ -1637,7 +1653,9 @@ class DownloadEngine:
                     if g.mirror.name == mirror and g.alive)
         return total * 8 >= self.cfg.stream_expected_share * expected
 
-    def _start_stream(self, parent: Flow, work: RangeSet, why: str) -> Flow:
+    def _start_stream(
+        self, parent: Flow, work: RangeSet, why: str, after_parent: bool = False
+    ) -> Flow:
         """Lock held: another connection to ``parent``'s mirror, its first work
         (cut from one of that mirror's flows)."""
         fid = f"{parent.id}#{next(self._stream_ids)}"
@@ -1645,6 +1663,7 @@ class DownloadEngine:
                             role=parent.stats.role, state="connecting")
         flow = Flow(id=fid, mirror=parent.mirror, stats=stats, stream_of=parent.id)
         flow.initial = work
+        flow.after_parent = after_parent
         self.flows[fid] = flow
         self._event("stream", flow, f"another connection: {why}")
         flow.thread = threading.Thread(
@@ -1815,6 +1834,8 @@ class DownloadEngine:
         try:
             if self._stands_by(flow):
                 self._prepare_standby(flow)
+            if flow.after_parent:
+                self._await_parent(flow)
             while True:
                 if flow.fetcher is None and flow.consecutive_failures:
                     if not self._reconnect(flow):
@@ -2212,6 +2233,9 @@ class DownloadEngine:
                 flow.fetcher = self._open_fetcher(
                     flow.mirror.url, timeout=self.cfg.timeout, stall_timeout=self.cfg.stall_timeout
                 )
+                if flow.id in self._advised:
+                    with self._lock:
+                        self._lock.notify_all()  # (its advised connections wait for it)
             flow.stats.state = {"normal": "fetching", "duplicate": "racing", "repair": "repairing"}[
                 lane.kind
             ]

@@ -96,6 +96,10 @@ class Settings(BaseSettings):
     # A read goes on past throughput_probe_bytes, up to this, while its connection is
     # still in slow start: on a far path 512 kB are mostly ramp (probes/throughput.py).
     throughput_probe_max_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # When one read looks held below its path's rate by the server (a per-connection
+    # limit), the probe reads over up to this many connections at once to learn how
+    # many clients should open (probes/service.py); 1 turns that off.
+    probe_max_connections: int = Field(default=4, ge=1, le=64)
     scan_interval_s: float = Field(default=3600.0, gt=0)
     predictor_refit_interval_s: float = Field(default=600.0, gt=0)
     retention_interval_s: float = Field(default=3600.0, gt=0)

@@ -140,6 +140,9 @@ class PathProbe(Base):
     throughput_bps: Mapped[float | None] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text)
     samples: Mapped[int] = mapped_column(Integer, default=1)
+    # Throughput rows: connections that carried throughput_bps together (> 1 when
+    # one connection was held below the path's rate); None = not known (1).
+    connections: Mapped[int | None] = mapped_column(Integer)
 
 
 class UtilizationSample(Base):

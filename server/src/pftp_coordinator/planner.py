@@ -23,7 +23,13 @@ from pftp_wire.models import AssignmentRequest, AssignmentResponse
 from pydantic_core import to_json
 
 from pftp_coordinator.portions import finish_together_weights, split_portions, start_delay_s
-from pftp_coordinator.ranking import MirrorRank, RankedRows, RankingTable, rank_rows_lazy
+from pftp_coordinator.ranking import (
+    MirrorMetrics,
+    MirrorRank,
+    RankedRows,
+    RankingTable,
+    rank_rows_lazy,
+)
 from pftp_coordinator.ranking_inputs import FileRecord, RankingSnapshot, ranking_table
 from pftp_coordinator.selection import select_mirrors
 
@@ -68,13 +74,19 @@ class PlannedAnswer:
     n_assignments: int
 
 
+def _connections(m: MirrorMetrics) -> int:
+    # (clamped to the wire's 1..64: a bad row must not make every answer invalid)
+    return min(64, max(1, m.probe_connections or 1))
+
+
 def _usable_mirrors(snapshot: RankingSnapshot, table: RankingTable) -> dict[int, tuple]:
-    """mirror id -> (table row, name, urls) of the enabled, not-down mirrors;
-    once per snapshot."""
+    """mirror id -> (table row, name, urls, connections) of the enabled, not-down
+    mirrors; once per snapshot. ``connections``: how many to open to the mirror at
+    once (its probe's, see probes/service.py; 1 when not known)."""
     memo = snapshot.memo.get("usable_mirrors")
     if memo is None or memo[0] is not table:
         usable = {
-            mid: (table.row_of[mid], info.name, info.urls)
+            mid: (table.row_of[mid], info.name, info.urls, _connections(info.metrics))
             for mid, info in snapshot.mirrors.items()
             if info.enabled and info.state != "down" and mid in table.row_of
         }
@@ -227,11 +239,13 @@ def _plan(
     where = cand.where
 
     def entry(r: MirrorRank) -> dict:
+        u = usable[r.key]
         return {
-            "mirror": usable[r.key][1],
+            "mirror": u[1],
             "url": replica_url(*where[r.key]),
             "suitability": r.suitability,
             "expected_bps": r.expected_bps,
+            "connections": u[3],
             "explain": ranked.explain(r.key),
         }
 

@@ -107,6 +107,9 @@ class MirrorMetrics:
     loss: float | None = None  # fraction 0..1
     probe_throughput_bps: float | None = None  # short ranged read by the prober
     probe_ts: float | None = None
+    # connections that carried probe throughput together (newest probe that knew;
+    # > 1 for a mirror that holds each connection below its path's rate)
+    probe_connections: int | None = None
     cpu_percent: float | None = None
     memory_percent: float | None = None
     utilization_ts: float | None = None

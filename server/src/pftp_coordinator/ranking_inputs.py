@@ -11,6 +11,8 @@ Per refresh (a handful of aggregate queries, output O(mirrors)):
 * path probes: per mirror, half-life-weighted means (weight 2^(-age/half_life)
   times ``samples`` of an aggregated row) of RTT, loss, capacity and throughput
   over successful probes younger than ``stale_after_s``, plus the newest probe time;
+  and the ``connections`` of the newest throughput probe that recorded it (clients
+  open that many connections to the mirror at once);
 * utilization: the latest sample per mirror younger than ``stale_after_s``;
 * client throughput history: half-life-weighted mean of mirror_reports;
 * the latest PredictorFit and the unexpired CongestionPenalty pairs.
@@ -211,6 +213,26 @@ def load_mirror_metrics(
             probe_throughput_bps=row.throughput_bps,
             probe_ts=_ts(row.newest),
         )
+
+    # Connections: the newest ok throughput row that knows them (a probe whose
+    # parallel read failed leaves them unknown, and the one before still holds).
+    known = and_(
+        p.ok.is_(True),
+        p.throughput_bps.is_not(None),
+        p.connections.is_not(None),
+        p.ts > cutoff,
+        p.ts <= now_dt,
+    )
+    newest = select(p.mirror_id, func.max(p.ts).label("nts")).where(known).group_by(p.mirror_id)
+    nq = newest.subquery()
+    q = (
+        select(p.mirror_id, func.max(p.connections).label("connections"))
+        .join(nq, and_(nq.c.mirror_id == p.mirror_id, nq.c.nts == p.ts))
+        .where(known)
+        .group_by(p.mirror_id)
+    )
+    for row in session.execute(q):
+        out.setdefault(row.mirror_id, {})["probe_connections"] = int(row.connections)
 
     u = UtilizationSample
     latest = (

@@ -138,6 +138,9 @@ def _aggregate(
 def _probe_row(mirror_id: int, hour: datetime, key: list, grp: list, means: dict) -> PathProbe:
     method, ok = key
     errors = [r.error for r in grp if r.error]
+    # Connections: the most the hour needed, not a mean (2.5 connections is no answer,
+    # and the hour's throughput mean includes the rates those connections carried).
+    conns = [r.connections for r in grp if r.connections is not None]
     return PathProbe(
         mirror_id=mirror_id,
         ts=hour,
@@ -145,6 +148,7 @@ def _probe_row(mirror_id: int, hour: datetime, key: list, grp: list, means: dict
         ok=ok,
         error=errors[-1] if errors else None,
         samples=len(grp),
+        connections=max(conns) if conns else None,
         **means,
     )
 

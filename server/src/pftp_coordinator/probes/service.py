@@ -9,11 +9,21 @@ probe marks it up again.
 What counts as failure: the mirror's service did not answer over its own
 protocol: the ranged read failed, or (when the mirror has no verified replica to
 read from yet) the TCP handshake to its service port failed.
+
+Held connections: when the read looks held below its path's rate by the server
+(``throughput.held_reason``), the same file is read over several connections at
+once (``parallel_ranged_read``, up to ``probe_max_connections``). When they carry
+PARALLEL_GAIN times one connection's rate or more, the throughput row records
+their aggregate rate and in ``connections`` how many connections that rate needs
+(clients are told to open that many, planner.py); else the single read's rate
+with connections 1. A failed parallel read is not a failed probe: the single read
+succeeded.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,13 +39,26 @@ from pftp_coordinator.db import session_scope
 from pftp_coordinator.models import File, Mirror, PathProbe, Replica, utcnow
 from pftp_coordinator.probes import capacity as capacity_mod
 from pftp_coordinator.probes import rtt as rtt_mod
-from pftp_coordinator.probes.throughput import ProbeError, join_url, ranged_read
+from pftp_coordinator.probes.throughput import (
+    ProbeError,
+    ThroughputResult,
+    held_reason,
+    join_url,
+    parallel_ranged_read,
+    ranged_read,
+)
 
 log = logging.getLogger(__name__)
 
 PROTOCOL_PREFERENCE = ("ftp", "http", "https")
 DEFAULT_PORTS = {"ftp": 21, "http": 80, "https": 443}
 RTT_SAMPLES = 5
+# Several connections must carry this much more than one before clients are told
+# to open several: less is within what one probe to the next varies.
+PARALLEL_GAIN = 1.4
+# A connection count is kept when the aggregate is within this of that many
+# connections' worth (4 connections carrying 3.7x one: 4, not 3).
+CONNECTION_SLACK = 1.1
 
 
 @dataclass(frozen=True)
@@ -50,6 +73,7 @@ class ProbeTarget:
     read_url: str | None  # a replica to read from, None when none is known yet
     read_size: int
     read_max: int = 0  # how far the read may go while the path is in slow start
+    file_size: int = 0  # of the file read (where parallel reads may start)
 
 
 @dataclass
@@ -108,7 +132,70 @@ def load_target(
         read_url=read_url,
         read_size=min(read_size, row.size) if row else 0,
         read_max=min(read_max, row.size) if row else 0,
+        file_size=row.size if row else 0,
     )
+
+
+def parallel_connections(n: int, capacity_bps: float | None, single_bps: float) -> int:
+    """Pure: how many connections the parallel read opens: enough to fill the path's
+    capacity at one connection's rate when the capacity is known, else ``n`` (the
+    configured maximum); at least 2, at most ``n``."""
+    want = math.ceil(capacity_bps / single_bps) if capacity_bps and single_bps > 0 else n
+    return max(2, min(n, want))
+
+
+def connections_needed(aggregate_bps: float, single_bps: float, n: int) -> int:
+    """Pure: connections that carry ``aggregate_bps`` at ``single_bps`` each, within
+    CONNECTION_SLACK (the parallel reads may each carry a little less than the
+    single one did): 2..n."""
+    if single_bps <= 0:
+        return n
+    return max(2, min(n, math.ceil(aggregate_bps / single_bps / CONNECTION_SLACK)))
+
+
+def _throughput_row(
+    target: ProbeTarget, settings: Settings, tp: ThroughputResult, capacity_bps: float | None
+) -> dict:
+    """The ok throughput row of a successful single read ``tp``: with a parallel
+    read over several connections when the single one looks held (module doc)."""
+    single = {"method": tp.method, "ok": True, "throughput_bps": tp.bps, "rtt_s": None}
+    max_n = settings.probe_max_connections
+    why = held_reason(tp.bps, tp.samples, tp.waited, capacity_bps)
+    if why is None or max_n < 2 or not target.read_url:
+        return {**single, "connections": 1}
+    n = parallel_connections(max_n, capacity_bps, tp.bps)
+    log.info("probe %s: one connection looks held (%s): reading over %d connections",
+             target.name, why, n)
+    try:
+        par = parallel_ranged_read(
+            target.read_url,
+            target.read_size,
+            n,
+            timeout_s=settings.probe_timeout_s,
+            max_size=target.read_max,
+            file_size=target.file_size or None,
+        )
+    except ProbeError as exc:
+        log.info("probe %s: parallel read failed, keeping the single read: %s", target.name, exc)
+        return {**single, "connections": None}  # (unknown: not measured this time)
+    if par.errors:
+        log.info("probe %s: %d of %d parallel reads failed: %s",
+                 target.name, len(par.errors), n, "; ".join(par.errors))
+    if par.bps < PARALLEL_GAIN * tp.bps:
+        log.info(
+            "probe %s: %d connections carried %.1f Mbit/s, one %.1f: "
+            "below %.1fx, so one connection is what the path gives",
+            target.name, par.connections, par.bps / 1e6, tp.bps / 1e6, PARALLEL_GAIN,
+        )
+        return {**single, "connections": 1}
+    conns = connections_needed(par.bps, tp.bps, par.connections)
+    log.info(
+        "probe %s: %d connections carried %.1f Mbit/s (%.1fx one connection's %.1f over "
+        "%.2f s together): clients open %d",
+        target.name, par.connections, par.bps / 1e6, par.bps / tp.bps, tp.bps / 1e6,
+        par.window_s, conns,
+    )
+    return {**single, "throughput_bps": par.bps, "connections": conns}
 
 
 def measure(
@@ -118,6 +205,7 @@ def measure(
     rows: list[dict] = []
     timeout = settings.probe_timeout_s
     service_ok = False
+    capacity_bps: float | None = None  # the path's, measured in this call
     if with_path:
         for res in rtt_mod.measure_rtt(
             target.host,
@@ -152,6 +240,7 @@ def measure(
         ip = rtt_mod.resolve_ipv4(target.host)
         if raw and ip:
             cap = capacity_mod.packet_train(ip, timeout_s=min(timeout, 3.0))
+            capacity_bps = cap.capacity_bps if cap.ok else None
             rows.append(
                 {
                     "method": cap.method,
@@ -167,11 +256,12 @@ def measure(
         try:
             tp = ranged_read(target.read_url, target.read_size, timeout_s=timeout,
                              max_size=target.read_max)
-            rows.append({"method": tp.method, "ok": True, "throughput_bps": tp.bps, "rtt_s": None})
             service_ok = True
         except ProbeError as exc:
             rows.append({"method": f"{target.protocol}-range", "ok": False, "error": str(exc)})
             service_ok = False
+        else:
+            rows.append(_throughput_row(target, settings, tp, capacity_bps))
     elif not with_path:
         res = rtt_mod.summarize_rtts(
             "tcp-connect", *rtt_mod.tcp_connect_rtts(target.host, target.port, 1, min(timeout, 3.0))

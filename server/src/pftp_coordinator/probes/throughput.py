@@ -6,19 +6,32 @@ will get (server, path, TCP), so it is the best single predictor of download
 speed; it costs ``size`` bytes per probe (see notes/data.md for the fraction of
 traffic). Deliberately independent of pftp_client: the coordinator must not
 depend on the client package.
+
+Many mirrors hold each TCP connection below their path's rate (vsftpd
+``anon_max_rate``, nginx ``limit_rate``, pure-ftpd bandwidth limits, pyftpdlib's
+ThrottledDTPHandler): one read then sees one connection's worth. ``held_reason``
+says when a read looks held that way (the path's packet-train capacity well above
+the read's rate, or a sender that writes even bursts and sleeps between them:
+``paused_share``), and ``parallel_ranged_read`` then measures what several
+connections carry together, each reading its own range of the file at the same
+time. So a probe of such a mirror may open up to ``probe_max_connections``
+connections at once (see probes/service.py).
 """
 
 from __future__ import annotations
 
 import bisect
 import ftplib
+import itertools
 import logging
 import math
 import socket
+import statistics
 import struct
+import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
@@ -44,6 +57,9 @@ class ArrivalClock:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.kernel = self.stamp(sock)
+        # Did the last recv wait for its data (it arrived after the call)? Then the
+        # time since the previous arrival was the sender's pause, not a late reader.
+        self.last_waited: bool | None = None
         # one offset per read: a clock step mid-read would shift all its times alike
         self._realtime_minus_perf = time.time() - time.perf_counter()
 
@@ -66,13 +82,18 @@ class ArrivalClock:
         """Up to ``n`` bytes and when the last of them arrived."""
         if not self.kernel:
             data = self.sock.recv(n)
+            self.last_waited = None
             return data, time.perf_counter()
+        t_call = time.perf_counter()
         data, ancdata, _flags, _addr = self.sock.recvmsg(n, _TS_SPACE)
         now = time.perf_counter()
         for level, kind, cdata in ancdata:
             if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(cdata) >= 16:
                 sec, nsec = struct.unpack("qq", cdata[:16])
-                return data, min(now, sec + nsec / 1e9 - self._realtime_minus_perf)
+                arrived = min(now, sec + nsec / 1e9 - self._realtime_minus_perf)
+                self.last_waited = arrived > t_call
+                return data, arrived
+        self.last_waited = None
         return data, now
 
 
@@ -83,6 +104,12 @@ class ThroughputResult:
     seconds: float  # request sent -> last byte
     first_byte_s: float  # request sent -> first byte (includes one RTT + server time)
     bps: float  # bits/s over the data phase (first byte -> last byte)
+    # (time.perf_counter() scale, bytes so far) per receive, the first chunk first;
+    # kernel arrival times where the socket gave them (ArrivalClock)
+    samples: tuple[tuple[float, int], ...] = field(default=(), repr=False, compare=False)
+    # per sample: did its receive wait for the data (None: not known)
+    waited: tuple[bool | None, ...] = field(default=(), repr=False, compare=False)
+    rtt_s: float | None = None  # the path's round trip as the read saw it, if known
 
 
 class ProbeError(Exception):
@@ -155,6 +182,88 @@ def still_growing(samples: Sequence[tuple[float, int]], rtt_s: float | None) -> 
     return last > GROWING * before
 
 
+# --- a connection held below the path's rate ----------------------------------------
+
+# A pause: a gap between arrivals this many typical (median) gaps long, and at least
+# PAUSE_MIN_S (a shaper's timer tick, a reader thread waiting for the interpreter).
+PAUSE_FACTOR = 10.0
+PAUSE_MIN_S = 0.005
+MIN_PAUSES = 5
+MAX_BURST_SPREAD = 0.5  # coefficient of variation of the bursts between pauses
+# A throttling server writes a buffer (vsftpd 64 KiB, pyftpdlib 64 KiB) and sleeps;
+# smaller "bursts" are single segments of a slow path, read as they come.
+MIN_BURST_BYTES = 8 * 1024
+HELD_PAUSED_SHARE = 0.6
+HELD_CAPACITY_FACTOR = 1.5
+
+
+def paused_share(
+    samples: Sequence[tuple[float, int]],
+    waited: Sequence[bool | None] = (),
+    *,
+    min_pauses: int = MIN_PAUSES,
+    max_spread: float = MAX_BURST_SPREAD,
+) -> float | None:
+    """Pure: share of a read's time (``samples``: (arrival time, bytes so far)) that
+    its sender spent in pauses between even bursts; None unless there were at least
+    ``min_pauses`` pauses and the bursts between them were of about one size
+    (coefficient of variation at most ``max_spread``) and at least MIN_BURST_BYTES.
+
+    A pause is a gap of at least PAUSE_MIN_S that is PAUSE_FACTOR typical gaps long
+    (a burst that arrives over several receives), or one after which the receive
+    had waited for its data (``waited``, from ArrivalClock): a burst that arrives
+    in one receive (loopback, a big segment after GRO) makes every gap alike, and
+    a reader that waited was not late, so the gap was the sender's. A server that
+    holds each connection to a rate writes a buffer and sleeps: equal bursts at a
+    steady pace (vsftpd at 1.25 MB/s: 64 KiB every 50 ms). A sender that overran a
+    shaper's queue in slow start pauses a few times, unevenly: not this."""
+    if len(samples) < min_pauses + 2:
+        return None
+    t = [x[0] for x in samples]
+    gaps = [b - a for a, b in itertools.pairwise(t)]
+    typical = statistics.median(gaps)
+    one_receive = len(waited) == len(samples)
+    pauses = [
+        i
+        for i, g in enumerate(gaps)
+        if g >= PAUSE_MIN_S and (g > PAUSE_FACTOR * typical or (one_receive and waited[i + 1]))
+    ]
+    if len(pauses) < min_pauses:
+        return None
+    upto = [x[1] for x in samples]
+    bursts = [upto[j] - upto[i] for i, j in itertools.pairwise(pauses)]
+    mean = statistics.fmean(bursts)
+    if mean < MIN_BURST_BYTES or statistics.pstdev(bursts) > max_spread * mean:
+        return None
+    span = t[-1] - t[0]
+    return math.fsum(gaps[i] for i in pauses) / span if span > 0 else None
+
+
+def held_reason(
+    bps: float,
+    samples: Sequence[tuple[float, int]] = (),
+    waited: Sequence[bool | None] = (),
+    capacity_bps: float | None = None,
+) -> str | None:
+    """Pure: why one read at ``bps`` looks held below its path's rate by the server
+    (a per-connection limit), or None. Either signal suffices: the path's
+    packet-train capacity at least HELD_CAPACITY_FACTOR times the read's rate, or
+    a sender that paused between even bursts at least HELD_PAUSED_SHARE of the
+    time (``paused_share``). Either may also fire on a path that is simply busy
+    (capacity is not available bandwidth); that only costs a parallel read, which
+    must then carry more (probes/service.py) before clients are told to open more
+    connections."""
+    if capacity_bps and bps > 0 and capacity_bps >= HELD_CAPACITY_FACTOR * bps:
+        return (
+            f"path capacity {capacity_bps / 1e6:.1f} Mbit/s is "
+            f"{capacity_bps / bps:.1f}x the read's {bps / 1e6:.1f} Mbit/s"
+        )
+    share = paused_share(samples, waited)
+    if share is not None and share >= HELD_PAUSED_SHARE:
+        return f"the sender paused {share:.0%} of the read between even bursts"
+    return None
+
+
 class _Reading:
     """Arrival samples of one ranged read, and when to stop it."""
 
@@ -166,8 +275,9 @@ class _Reading:
         self.t_first: float | None = None
         self.t_last = 0.0
         self.samples: list[tuple[float, int]] = []
+        self.waited: list[bool | None] = []
 
-    def add(self, n: int, now: float) -> None:
+    def add(self, n: int, now: float, waited: bool | None = None) -> None:
         now = max(now, self.t_last)  # (a read timed by itself, then kernel times)
         self.t_last = now
         if self.t_first is None:
@@ -175,6 +285,7 @@ class _Reading:
         self.nbytes += n
         if self.nbytes > self.first_chunk or not self.samples:
             self.samples.append((now, self.nbytes))
+            self.waited.append(waited)
 
     def want(self) -> int:
         """Bytes to read next; 0 when done: ``size`` read, and the connection out of
@@ -194,7 +305,10 @@ class _Reading:
         steady = steady_rate_bps(self.samples, self.rtt_s)
         if steady is not None:
             bps = max(bps, steady)
-        return ThroughputResult(method, self.nbytes, self.t_last - t0, self.t_first - t0, bps)
+        return ThroughputResult(
+            method, self.nbytes, self.t_last - t0, self.t_first - t0, bps,
+            tuple(self.samples), tuple(self.waited), self.rtt_s,
+        )
 
 
 def ftp_ranged_read(
@@ -239,7 +353,7 @@ def ftp_ranged_read(
                 if not data:
                     server_ended = True
                     break
-                reading.add(len(data), arrived)
+                reading.add(len(data), arrived, clock.last_waited)
         finally:
             reset_close(conn)
         nbytes = reading.nbytes
@@ -316,3 +430,125 @@ def ranged_read(
     if scheme in ("http", "https"):
         return http_ranged_read(url, size, offset=offset, timeout_s=timeout_s, max_size=max_size)
     raise ProbeError(f"unsupported protocol {scheme!r} in {url!r}")
+
+
+# --- several connections at once ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParallelResult:
+    method: str
+    bps: float  # aggregate bits/s of the reads while all of them were transferring
+    window_s: float  # how long that was; 0 when they never overlapped (bps: lower bound)
+    reads: tuple[ThroughputResult, ...]  # the reads that succeeded
+    errors: tuple[str, ...] = ()  # why the others failed
+
+    @property
+    def connections(self) -> int:
+        return len(self.reads)
+
+
+def _bytes_at(samples: Sequence[tuple[float, int]], t: float) -> float:
+    """Bytes so far at time ``t``, linear between samples (a burst's bytes are spread
+    over the gap before it: unbiased for a window edge that falls anywhere)."""
+    i = bisect.bisect_right(samples, (t, math.inf))
+    if i == 0:
+        return float(samples[0][1])
+    if i == len(samples):
+        return float(samples[-1][1])
+    (t0, b0), (t1, b1) = samples[i - 1], samples[i]
+    return b0 + (b1 - b0) * (t - t0) / (t1 - t0) if t1 > t0 else float(b1)
+
+
+def aggregate_bps(reads: Sequence[ThroughputResult]) -> tuple[float, float]:
+    """Pure: (bits/s, window seconds) of reads made at the same time.
+
+    The window is the time all of them were transferring: from the latest first
+    byte (so no read's first-byte latency, i.e. its connection and login, counts)
+    plus two round trips when known (the last connection's first window of slow
+    start) to the earliest last byte. The rate is the bytes that arrived in it,
+    over all reads, per second: what the connections carried together. Summing
+    each read's own rate instead would count reads that barely overlapped as if
+    they had run together. When the reads never overlapped, the rate over the whole
+    (all data-phase bytes from the first first byte to the last last byte) is
+    returned with window 0: a lower bound."""
+    timed = [r for r in reads if r.samples]
+    if not timed:
+        raise ProbeError("parallel read: no arrival samples")
+    start = max(r.samples[0][0] for r in timed)
+    end = min(r.samples[-1][0] for r in timed)
+    rtts = [r.rtt_s for r in timed if r.rtt_s]
+    if rtts and end - (start + 2 * max(rtts)) >= (end - start) / 2:
+        start += 2 * max(rtts)
+    if end > start:
+        carried = math.fsum(_bytes_at(r.samples, end) - _bytes_at(r.samples, start) for r in timed)
+        return carried * 8 / (end - start), end - start
+    first = min(r.samples[0][0] for r in timed)
+    last = max(r.samples[-1][0] for r in timed)
+    data = sum(r.samples[-1][1] - r.samples[0][1] for r in timed)
+    return (data * 8 / (last - first) if last > first else 0.0), 0.0
+
+
+def read_offsets(n: int, size: int, max_size: int = 0, file_size: int | None = None) -> list[int]:
+    """Pure: where each of ``n`` parallel reads starts: each its own range
+    (``i * max(size, max_size)``), spread evenly over the file instead when it is
+    too small for that (ranges then overlap; the mirror reads them from cache)."""
+    span = max(size, max_size)
+    if not file_size or n * span <= file_size or n < 2:
+        return [i * span for i in range(n)]
+    room = max(0, file_size - span)
+    return [room * i // (n - 1) for i in range(n)]
+
+
+def parallel_ranged_read(
+    url: str,
+    size: int,
+    n: int,
+    *,
+    timeout_s: float = 10.0,
+    max_size: int = 0,
+    file_size: int | None = None,
+    read: Callable[..., ThroughputResult] | None = None,
+) -> ParallelResult:
+    """``n`` ranged reads of ``url`` at the same time, one thread and connection
+    each, at their own offsets (``read_offsets``), and what they carried together
+    (``aggregate_bps``). Reads that fail are left out (a mirror may refuse more
+    sessions per address: their errors are in the result); fewer than two
+    successes raise ProbeError. ``read`` defaults to ``ranged_read``."""
+    if n < 2:
+        raise ProbeError(f"parallel read: needs at least 2 connections, got {n}")
+    do_read = read or ranged_read
+    offsets = read_offsets(n, size, max_size, file_size)
+    results: list[ThroughputResult | None] = [None] * n
+    errors: list[str | None] = [None] * n
+
+    def run(i: int) -> None:
+        try:
+            results[i] = do_read(
+                url, size, offset=offsets[i], timeout_s=timeout_s, max_size=max_size
+            )
+        except ProbeError as exc:
+            errors[i] = str(exc)
+        except Exception as exc:  # (a thread must report, not die silently)
+            errors[i] = f"{type(exc).__name__}: {exc}"
+
+    threads = [
+        threading.Thread(target=run, args=(i,), name=f"probe-read-{i}", daemon=True)
+        for i in range(n)
+    ]
+    for t in threads:
+        t.start()
+    # Each read has its own deadline; closing its session may take a few seconds more.
+    join_by = time.monotonic() + timeout_s + 10.0
+    for t in threads:
+        t.join(max(0.0, join_by - time.monotonic()))
+    done = tuple(r for r in results if r is not None)
+    failed = tuple(e for e in errors if e)
+    failed += tuple("did not finish" for t in threads if t.is_alive())
+    if len(done) < 2:
+        raise ProbeError(
+            f"parallel read over {n} connections: {len(done)} succeeded"
+            + (f" ({'; '.join(failed)})" if failed else "")
+        )
+    bps, window = aggregate_bps(done)
+    return ParallelResult(done[0].method, bps, window, done, failed)

@@ -1,0 +1,278 @@
+"""A mirror that holds each connection below its path's rate: the "held" signal on
+synthetic arrivals, the parallel read's arithmetic, and probe rounds against a real
+pyftpdlib whose data connections are throttled (and the same server unthrottled)."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+from pftp_coordinator.config import Settings
+from pftp_coordinator.db import session_scope
+from pftp_coordinator.models import PathProbe
+from pftp_coordinator.probes.service import (
+    connections_needed,
+    parallel_connections,
+    probe_mirror,
+)
+from pftp_coordinator.probes.throughput import (
+    ThroughputResult,
+    aggregate_bps,
+    held_reason,
+    parallel_ranged_read,
+    paused_share,
+    read_offsets,
+)
+from probe_db import add_mirror, migrated_factory, tree_root
+from probe_servers import ftp_server, http_server, make_tree
+from sqlalchemy import select
+
+KIB = 1024
+READ = 512 * KIB
+LIMIT = 512 * KIB  # bytes/s per data connection of the throttled server
+SERVICE_LOG = "pftp_coordinator.probes.service"
+
+
+def samples_of(arrivals: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    """(time, bytes of that receive) -> (time, bytes so far)."""
+    out, total = [], 0
+    for t, n in arrivals:
+        total += n
+        out.append((t, total))
+    return out
+
+
+def even_bursts(
+    n: int, period: float, burst: int, receives: int
+) -> list[tuple[float, int]]:
+    """A throttling sender: ``burst`` bytes every ``period``, each burst arriving
+    over ``receives`` receives 0.1 ms apart."""
+    return samples_of(
+        [
+            (k * period + j * 1e-4, burst // receives)
+            for k in range(n)
+            for j in range(receives)
+        ]
+    )
+
+
+# --- the "held" signal on synthetic arrivals ------------------------------------------
+
+
+def test_even_bursts_with_pauses_are_held():
+    # vsftpd at 1.25 MB/s: 64 KiB every 50 ms, over 8 receives each
+    s = even_bursts(12, 0.050, 64 * KIB, 8)
+    share = paused_share(s)
+    assert share is not None and share > 0.9
+    why = held_reason(10e6, s)
+    assert why is not None and "paused" in why
+
+
+def test_one_receive_bursts_need_the_waited_flag():
+    # Each burst in one receive (loopback): every gap alike, so no gap stands out
+    # against the median; the receives waited for their data, so the gaps were the
+    # sender's pauses.
+    s = even_bursts(12, 0.0625, 32 * KIB, 1)
+    assert paused_share(s) is None
+    assert paused_share(s, [True] * len(s)) == pytest.approx(1.0)
+    # A late reader (did not wait: the data was queued) is not a pausing sender.
+    assert paused_share(s, [False] * len(s)) is None
+
+
+def test_smooth_stream_is_not_held():
+    # 8 KiB every 1 ms with some jitter: no gap of 5 ms
+    s = samples_of([(i * 1e-3 + (0.3e-3 if i % 3 == 0 else 0.0), 8 * KIB) for i in range(400)])
+    assert paused_share(s) is None and held_reason(65e6, s) is None
+    # A slow path read as it comes: one segment every 6 ms (waited each time); the
+    # "bursts" are single segments, not a server's buffer.
+    slow = samples_of([(i * 6e-3, 1448) for i in range(100)])
+    assert paused_share(slow, [True] * len(slow)) is None
+
+
+def test_slow_start_pauses_are_not_held():
+    # Slow start over a 50 ms path: flights of 2, 4, 8, 16, 32 and 64 segments, one
+    # per round trip; the pauses are long but the bursts between them uneven.
+    arrivals = []
+    t = 0.0
+    for flight in (2, 4, 8, 16, 32, 64):
+        for j in range(flight):
+            arrivals.append((t + j * 1e-4, 1448))
+        t += 0.050
+    s = samples_of(arrivals)
+    assert paused_share(s) is None
+    assert held_reason(2e6, s) is None
+    # Few, long, uneven pauses (a shaper's queue overrun): not held either.
+    few = samples_of([(i * 1e-3, 8 * KIB) for i in range(50)] + [(0.3, 64 * KIB)]
+                     + [(0.3 + i * 1e-3, 8 * KIB) for i in range(1, 50)] + [(0.9, 64 * KIB)])
+    assert paused_share(few) is None
+
+
+def test_capacity_well_above_the_read_is_held():
+    assert held_reason(10e6, capacity_bps=15e6) is not None
+    assert held_reason(10e6, capacity_bps=14e6) is None
+    assert held_reason(10e6, capacity_bps=None) is None
+
+
+# --- the parallel read's arithmetic -----------------------------------------------------
+
+
+def _result(samples: list[tuple[float, int]], rtt_s: float | None = None) -> ThroughputResult:
+    return ThroughputResult("ftp-range", samples[-1][1], samples[-1][0], 0.0, 0.0,
+                            tuple(samples), (), rtt_s)
+
+
+def test_aggregate_counts_only_the_time_all_reads_ran():
+    # Two reads at 1 MB/s each; the second starts 0.5 s later (slow login). Over the
+    # time both ran they carried 2 MB/s; total bytes / total time would say 1.33.
+    a = _result([(0.0 + i * 0.01, (i + 1) * 10_000) for i in range(101)])  # 0 .. 1.0 s
+    b = _result([(0.5 + i * 0.01, (i + 1) * 10_000) for i in range(101)])  # 0.5 .. 1.5 s
+    bps, window = aggregate_bps([a, b])
+    assert window == pytest.approx(0.5)
+    assert bps == pytest.approx(2e6 * 8, rel=1e-6)
+    # Reads that never overlapped: a lower bound over the whole, window 0.
+    c = _result([(2.0 + i * 0.01, (i + 1) * 10_000) for i in range(101)])
+    low, w0 = aggregate_bps([a, c])
+    assert w0 == 0.0 and low < 1e6 * 8
+
+
+def test_aggregate_skips_two_round_trips_of_the_last_start():
+    # The later read ramps for 0.1 s (two 50 ms round trips) at a tenth of its rate:
+    # the window starts after it.
+    a = _result([(i * 0.01, (i + 1) * 10_000) for i in range(201)])  # 0 .. 2 s, 1 MB/s
+    ramp = [(0.5 + i * 0.01, (i + 1) * 1_000) for i in range(11)]  # 0.5 .. 0.6 s
+    steady = [(0.6 + i * 0.01, 11_000 + i * 10_000) for i in range(1, 141)]
+    bps, window = aggregate_bps([a, _result(ramp + steady, rtt_s=0.05)])
+    assert window == pytest.approx(2.0 - 0.6)
+    assert bps == pytest.approx(2e6 * 8, rel=1e-3)
+
+
+def test_offsets_connections_and_counts():
+    assert read_offsets(4, 100) == [0, 100, 200, 300]
+    assert read_offsets(3, 100, 400, file_size=2000) == [0, 400, 800]
+    assert read_offsets(3, 100, 400, file_size=1000) == [0, 300, 600]  # spread, overlap
+    assert parallel_connections(4, None, 1e6) == 4
+    assert parallel_connections(8, 3.2e6, 1e6) == 4  # enough to fill the capacity
+    assert parallel_connections(8, 1.2e6, 1e6) == 2  # at least two
+    assert connections_needed(4.0e6, 1e6, 4) == 4
+    assert connections_needed(3.7e6, 1e6, 4) == 4
+    assert connections_needed(2.0e6, 1e6, 4) == 2  # (x1.1 would have said 3)
+    assert connections_needed(2.5e6, 1e6, 4) == 3
+    assert connections_needed(1.45e6, 1e6, 4) == 2
+
+
+# --- against a real pyftpdlib ----------------------------------------------------------
+
+
+def settings(**kw) -> Settings:
+    base = {
+        "database_url": None,
+        "probe_timeout_s": 15.0,
+        "throughput_probe_bytes": READ,
+        "throughput_probe_max_bytes": READ,  # (no slow-start extension on loopback)
+        "down_after_failures": 3,
+        "probe_interval_s": 60.0,
+    }
+    base.update(kw)
+    return Settings(**base)
+
+
+def said(caplog: pytest.LogCaptureFixture, words: str) -> bool:
+    """Did the probe service log ``words``?"""
+    return any(r.name == SERVICE_LOG and words in r.getMessage() for r in caplog.records)
+
+
+def _range_row(factory) -> PathProbe:
+    with session_scope(factory) as s:
+        row = s.scalar(select(PathProbe).where(PathProbe.method == "ftp-range"))
+        assert row is not None
+        s.expunge(row)
+        return row
+
+
+def test_parallel_read_of_a_throttled_server(tmp_path):
+    root = tree_root(tmp_path, "slow")
+    make_tree(root, {"pub/big.bin": 4 * READ})
+    with ftp_server(root, write_limit=LIMIT) as ftp:
+        par = parallel_ranged_read(ftp.url + "pub/big.bin", 256 * KIB, 3, timeout_s=15,
+                                   file_size=4 * READ)
+    assert par.connections == 3 and not par.errors
+    assert [r.nbytes for r in par.reads] == [256 * KIB] * 3
+    # each connection at about the limit, together about three times it
+    assert 2.4 * LIMIT * 8 < par.bps < 3.6 * LIMIT * 8
+    assert par.window_s > 0.2
+
+
+def test_probe_of_a_throttled_server_records_several_connections(sqlite_url, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger=SERVICE_LOG)
+    factory = migrated_factory(sqlite_url)
+    root = tree_root(tmp_path, "slow")
+    make_tree(root, {"pub/big.bin": 4 * READ})
+    with ftp_server(root, write_limit=LIMIT) as ftp:
+        mid = add_mirror(factory, "slow", ftp.url, {"big.bin": ("pub/big.bin", 4 * READ)})
+        out = probe_mirror(factory, mid, settings(), allow_raw=False, retry_pause_s=0.05)
+    assert out.ok and out.state == "up"
+    row = _range_row(factory)
+    assert row.ok and row.connections is not None and row.connections >= 3
+    # well above one connection's rate: several connections' worth
+    assert row.throughput_bps > 2.5 * LIMIT * 8
+    assert said(caplog, "looks held") and said(caplog, "clients open")
+
+
+def test_probe_with_the_parallel_read_turned_off(sqlite_url, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger=SERVICE_LOG)
+    factory = migrated_factory(sqlite_url)
+    root = tree_root(tmp_path, "slow")
+    make_tree(root, {"pub/big.bin": 4 * READ})
+    with ftp_server(root, write_limit=2 * LIMIT) as ftp:
+        mid = add_mirror(factory, "slow", ftp.url, {"big.bin": ("pub/big.bin", 4 * READ)})
+        out = probe_mirror(factory, mid, settings(probe_max_connections=1), allow_raw=False,
+                           retry_pause_s=0.05)
+    assert out.ok
+    row = _range_row(factory)
+    assert row.connections == 1
+    assert row.throughput_bps < 1.5 * 2 * LIMIT * 8  # one connection's worth
+    assert not said(caplog, "looks held")
+
+
+def test_probe_of_an_unthrottled_server_uses_one_connection(sqlite_url, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger=SERVICE_LOG)
+    factory = migrated_factory(sqlite_url)
+    root = tree_root(tmp_path, "fast")
+    make_tree(root, {"pub/big.bin": 4 * READ})
+    with ftp_server(root) as ftp:
+        mid = add_mirror(factory, "fast", ftp.url, {"big.bin": ("pub/big.bin", 4 * READ)})
+        out = probe_mirror(factory, mid, settings(), allow_raw=False, retry_pause_s=0.05)
+    assert out.ok
+    row = _range_row(factory)
+    assert row.connections == 1 and row.throughput_bps > 8 * LIMIT * 8
+    # no parallel read was made
+    assert not said(caplog, "looks held") and not said(caplog, "connections carried")
+    assert math.isfinite(row.throughput_bps)
+
+
+def test_parallel_read_over_http(tmp_path):
+    root = tree_root(tmp_path, "h")
+    make_tree(root, {"pub/big.bin": 4 * READ})
+    with http_server(root) as http:
+        par = parallel_ranged_read(http.url + "pub/big.bin", 128 * KIB, 3, timeout_s=15,
+                                   file_size=4 * READ)
+    assert par.method == "http-range" and par.connections == 3
+    assert all(r.nbytes == 128 * KIB for r in par.reads) and par.bps > 0
+
+
+def test_failed_parallel_read_keeps_the_single_read(sqlite_url, tmp_path, caplog):
+    # One session per address: the parallel read's extra sessions are refused. The
+    # single read stands (mirror up), its connections unknown.
+    caplog.set_level(logging.INFO, logger=SERVICE_LOG)
+    factory = migrated_factory(sqlite_url)
+    root = tree_root(tmp_path, "one")
+    make_tree(root, {"pub/big.bin": 4 * READ})
+    with ftp_server(root, write_limit=LIMIT, max_cons_per_ip=1) as ftp:
+        mid = add_mirror(factory, "one", ftp.url, {"big.bin": ("pub/big.bin", 4 * READ)})
+        out = probe_mirror(factory, mid, settings(), allow_raw=False, retry_pause_s=0.2)
+    assert out.ok and out.state == "up"
+    row = _range_row(factory)
+    assert row.ok and row.connections is None
+    assert row.throughput_bps < 1.5 * LIMIT * 8  # the single read's rate
+    assert said(caplog, "parallel read failed")
