@@ -156,9 +156,12 @@ def test_offsets_connections_and_counts():
     assert parallel_connections(8, 1.2e6, 1e6) == 2  # at least two
     assert connections_needed(4.0e6, 1e6, 4) == 4
     assert connections_needed(3.7e6, 1e6, 4) == 4
-    assert connections_needed(2.0e6, 1e6, 4) == 2  # (x1.1 would have said 3)
-    assert connections_needed(2.5e6, 1e6, 4) == 3
+    # the lab's 10 Mbit/s limit read at 12.7 alone, four filling 38 Mbit/s: 4
+    assert connections_needed(38e6, 12.7e6, 4) == 4
+    assert connections_needed(2.0e6, 1e6, 8) == 3  # (one to spare)
+    assert connections_needed(1.6e6, 1e6, 4) == 2
     assert connections_needed(1.45e6, 1e6, 4) == 2
+    assert connections_needed(20e6, 8e6, 8) == 4  # a 20 Mbit/s path, 8 Mbit/s each
 
 
 # --- against a real pyftpdlib ----------------------------------------------------------

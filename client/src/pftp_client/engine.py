@@ -1816,7 +1816,10 @@ class DownloadEngine:
         with self._lock:
             if self._finished or self._abort is not None:
                 return
-            live = [(f.id, f.mirror.name) for f in self.flows.values() if f.alive]
+            # (not an extra connection: its arrivals are its mirror's path again,
+            # which the detector would find shared with that mirror's first)
+            live = [(f.id, f.mirror.name) for f in self.flows.values()
+                    if f.alive and f.stream_of is None]
             self.observers.append(obs)
         # A flow whose thread starts just now may announce itself as well: observers
         # treat a repeated flow_started as the same flow.
