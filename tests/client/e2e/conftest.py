@@ -132,6 +132,7 @@ def ftp_mirrors(tmp_path: Path) -> Iterator[Callable[..., list[FtpMirror]]]:
         corrupt: dict[int, list[tuple[int, int]]] | None = None,
         die_after: dict[int, int] | None = None,
         root: Path | None = None,
+        max_per_ip: dict[int, int] | None = None,
     ) -> list[FtpMirror]:
         if root is None:
             root = tmp_path / f"ftp-root-{len(loops)}"
@@ -177,6 +178,8 @@ def ftp_mirrors(tmp_path: Path) -> Iterator[Callable[..., list[FtpMirror]]]:
             handler = type("E2EHandler", (FTPHandler,), attrs)
             ioloop = IOLoop()
             server = FTPServer((LOOPBACK, 0), handler, ioloop=ioloop)
+            if max_per_ip and i in max_per_ip:  # (more: "421 Too many connections")
+                server.max_cons_per_ip = max_per_ip[i]
             port = server.socket.getsockname()[1]
             loop = _Loop(server, ioloop)
             if die_after and i in die_after:
