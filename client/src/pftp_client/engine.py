@@ -33,6 +33,7 @@ piece buffer per repair in progress.
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 from collections import deque
@@ -972,11 +973,16 @@ class DownloadEngine:
 
     def _advised_split(self, src: MirrorSource, work: RangeSet) -> list[RangeSet]:
         """``work`` in as many parts as the connections the coordinator advised for
-        ``src`` (at most max_streams; each part at least advised_min_part_bytes),
-        cut at piece boundaries: the first for its flow, the others for connections
-        opened with it."""
+        ``src`` (at most max_streams; each part at least advised_min_part_bytes;
+        behind an access link slower than the mirror's expected rate, the share of
+        them that link takes), cut at piece boundaries: the first for its flow, the
+        others for connections opened with it."""
         n = min(src.connections, self.cfg.max_streams,
                 work.total() // max(self.cfg.advised_min_part_bytes, 1))
+        access, expected = self.cfg.access_bps, src.expected_bps
+        if n > 1 and access and expected and access < expected:
+            # (behind a slower access link, the connections its share of it needs)
+            n = min(n, math.ceil(src.connections * access / expected))
         if n <= 1:
             return [work]
         groups = split_evenly(work, n)

@@ -20,8 +20,9 @@ def _advised(summary, mirror: str) -> list[str]:
 
 
 def _get(tmp_path: Path, coord: str, **kw) -> object:
+    kw.setdefault("access_bandwidth_bps", None)
     return download("f.bin", coordinator=[coord], output=tmp_path / "f.bin", timeout=30.0,
-                    access_bandwidth_bps=None, congestion="off", **kw)
+                    congestion="off", **kw)
 
 
 def test_a_mirror_advised_three_connections_opens_them_at_once(
@@ -61,6 +62,12 @@ def test_advice_is_held_to_the_connection_limit_and_the_portion(
     s = _get(tmp_path, coord.url, config=EngineConfig(advised_min_part_bytes=MIB))
     assert s.sha256_verified
     assert len(_advised(s, "m0")) == 1 and len(_advised(s, "m1")) == 1
+    (tmp_path / "f.bin").unlink()
+    # behind a 20 Mbit/s access link, a quarter of the 80 Mbit/s expected: 8 -> 2
+    s = _get(tmp_path, coord.url, config=EngineConfig(advised_min_part_bytes=MIB // 4),
+             access_bandwidth_bps=20_000_000)
+    assert s.sha256_verified
+    assert len(_advised(s, "m0")) == 1 and _advised(s, "m1") == []
     (tmp_path / "f.bin").unlink()
     s = _get(tmp_path, coord.url, max_connections=1)
     assert s.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
