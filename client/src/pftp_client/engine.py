@@ -1750,6 +1750,21 @@ class DownloadEngine:
                     self._retire(e, "dropped")
                 live = [e for e in live if e.alive and not e.cancel.is_set()]
                 self._lock.notify_all()
+        elif ok and len(live) > 2 and not scales(
+            trial.connections, len(live), trial.before_Bps, after
+        ):
+            # (it paid, but the path took fewer than were opened: those the new rate
+            # needs and one to spare; each one more is another ragged end at the tail)
+            keep = kept_streams(trial.connections, len(live), trial.before_Bps, after) + 1
+            if keep < len(live):
+                trimmed = True
+                figures += f"; {keep} of them kept"
+                for e in sorted(live, key=lambda e: e.stats.received)[: len(live) - keep]:
+                    self._event("stream", e, f"not needed ({figures}): closed, "
+                                "its range goes back")
+                    self._retire(e, "dropped")
+                live = [e for e in live if e.alive and not e.cancel.is_set()]
+                self._lock.notify_all()
         if ok:
             self._log(f"{', '.join(trial.streams)}: kept ({figures})")
             have = trial.connections + len(live)
