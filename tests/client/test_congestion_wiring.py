@@ -194,5 +194,9 @@ def test_events_become_report_fields():
     # nothing about the mirrors' own paths: not reported to the coordinator
     assert congested_with([{"mirrors": ["a", "b"], "access_unknown": True},
                            {"mirrors": ["c", "d"], "access_link": True}]) == {}
+    # nor one whose parked mirror was put back to work (the verdict did not hold)
+    assert congested_with([{"mirrors": ["a", "b"], "dropped": ["b"], "refuted": True},
+                           {"mirrors": ["c", "d"], "dropped": ["d"]}]) == {
+        "c": ["d"], "d": ["c"]}
     three = congested_with([{"mirrors": ["a", "b", "c"]}, {"mirrors": ["a", "d"]}])
     assert three == {"a": ["b", "c", "d"], "b": ["a", "c"], "c": ["a", "b"], "d": ["a"]}

@@ -1092,6 +1092,13 @@ def _run_locked(
         congestion_info = (
             session.summary() if session is not None else {"mode": "custom", "source": None}
         )
+        for ev in congestion_info.get("events", []):
+            # (its dropped mirror was parked, and the flows left then carried clearly
+            # less: the engine put it back; not a pair for the coordinator to avoid)
+            if set(ev.get("dropped") or ()) & result.refuted:
+                ev["refuted"] = True
+        if result.refuted:
+            congestion_info["refuted"] = sorted(result.refuted)
         shared_with = congested_with(congestion_info.get("events", []))
         for s in result.mirrors:
             s.congested_with = list(shared_with.get(s.name, []))
@@ -1270,7 +1277,8 @@ def _report(coordinator: str, summary: DownloadSummary, say: Callable[[str], Non
                 throughput_bps=m.steady_bps if m.steady_bps is not None else m.rate_bps,
                 failures=m.failures,
                 slow=m.slow,
-                congested=m.congested,
+                # (not for a verdict that did not hold: congested_with is empty then)
+                congested=m.congested and bool(m.congested_with),
                 congested_with=list(m.congested_with),
                 bad_data=m.corrupt,
             )

@@ -420,6 +420,9 @@ class EngineResult:
     events: list[MirrorEvent]
     duplicate_bytes: int
     refetched_bytes: int
+    # mirrors parked for a shared congested link whose flows left then carried
+    # clearly less: the verdict did not hold (not to be reported as congested)
+    refuted: frozenset[str] = frozenset()
 
 
 class DownloadEngine:
@@ -473,6 +476,7 @@ class DownloadEngine:
         self._aggregate = RateMeter(window_s=2.0, step_s=0.1, min_span_s=0.5)
         self._parkings: list[Parking] = []
         self._parking_failed = False  # a parking did not hold: park no more
+        self._refuted: set[str] = set()  # (EngineResult.refuted)
         # One flow first (lead.py): "probing" until judged, "full" while it fills the
         # access link by itself, "off" once everyone works (or lead start is not used).
         self._lead_phase: Literal["off", "probing", "full"] = "off"
@@ -579,6 +583,7 @@ class DownloadEngine:
             events=list(self.events),
             duplicate_bytes=self.duplicate_bytes,
             refetched_bytes=self.refetched_bytes,
+            refuted=frozenset(self._refuted),
         )
 
     def final_stats(self) -> list[MirrorStats]:
@@ -921,9 +926,12 @@ class DownloadEngine:
         if p in self._parkings:
             self._parkings.remove(p)
         self._parking_failed = True
+        shared_link_wrong = p.aggregate_before * self.cfg.park_hold > rate
         for fid in p.flows:
             f = self.flows.get(fid)
             if f is not None:
+                if shared_link_wrong and not p.access_link:
+                    self._refuted.add(f.mirror.name)
                 self._unpark(
                     f,
                     f"the flows left carried {rate * 8 / 1e6:.2f} Mbit/s after it was parked, "

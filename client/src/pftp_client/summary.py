@@ -95,7 +95,9 @@ class DownloadSummary:
     notes: list[str] = field(default_factory=list)
     # shared-congestion detection: {"mode", "source", "sources_used", "detector",
     # "events": [{"at_s", "mirrors", "kept", "dropped", "source", "confidence",
-    # "packets", ...}]}; source None = not attached (off, one mirror, own detector)
+    # "packets", "refuted" (its parking was undone: the verdict did not hold), ...}],
+    # "refuted": [mirrors put back to work so]}; source None = not attached (off,
+    # one mirror, own detector)
     congestion: dict[str, Any] = field(default_factory=dict)
     # bytes received per mirror over time, with the events (timeline.py); None when
     # no transfer ran (or for the report of a failed download)

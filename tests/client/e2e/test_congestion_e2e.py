@@ -128,6 +128,9 @@ def test_report_carries_congested_and_congested_with(canned_coordinator):
             congested_with=["m0"],
         ),
         MirrorStats("b0", "http://c/f", role="backup", bytes=5, seconds=1.0),
+        # parked on a verdict that did not hold (its pair not reported): not congested
+        MirrorStats("m2", "http://d/f", bytes=5, seconds=1.0,
+                    events=["congested", "resumed"]),
     ]
     summary = DownloadSummary(
         name="f",
@@ -149,3 +152,4 @@ def test_report_carries_congested_and_congested_with(canned_coordinator):
     assert by["m1"].congested and by["m1"].congested_with == ["m0"]
     assert not by["m0"].congested and by["m0"].congested_with == ["m1"]
     assert not by["b0"].congested and by["b0"].congested_with == []
+    assert not by["m2"].congested and by["m2"].congested_with == []

@@ -651,6 +651,8 @@ def test_parked_flow_resumes_when_the_aggregate_falls(tmp_path, ftp_mirrors):
     congested = next(e for e in s.events if e.kind == "congested")
     assert resumed.at_s - congested.at_s < 2.5, (congested, resumed)
     assert next(x for x in s.mirrors if x.name == parked).state == "done"
+    # a verdict that did not hold: said so, and not reported as a congested mirror
+    assert s.congestion["refuted"] == [parked]
 
 
 def test_a_wrong_parking_is_undone_within_a_second(tmp_path, start_nginx):
