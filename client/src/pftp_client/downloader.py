@@ -546,15 +546,19 @@ def download(
             )
 
     fetcher_cache: dict[str, list[RangeFetcher]] = {}
-    starting: dict[str, early.EarlyProbe] = {}
+    starting: dict[str, list[early.EarlyProbe]] = {}
     if plan is not None and plan.portions and open_fetcher is default_open_fetcher:
         # Each mirror's transfer starts at its portion while the engine's modules load
-        # (or started as soon as the early plan came).
+        # (or started as soon as the early plan came); so do the other connections the
+        # coordinator advised, where the engine will begin them (advice.transfer_starts).
         for probe in (early_plan.probes if early_plan is not None else early.start_portions(
-            [(p.mirror.url, p.start) for p in plan.portions if p.end > p.start], timeout
+            _plan_transfers(plan, bw, config, max_connections), timeout
         )):
-            if starting.setdefault(probe.url, probe) is not probe:
-                probe.discard()
+            taken = starting.setdefault(probe.url, [])
+            if any(p.at == probe.at for p in taken):
+                probe.discard()  # (one per offset)
+            else:
+                taken.append(probe)
     if plan is None:
         asked_at = time.monotonic()
         probes = _start_probes([*urls, *spare], open_fetcher, timeout)
@@ -621,7 +625,7 @@ def download(
         active = active or agree[:1]
         plan = dynamic_plan(ident, active, [u for u in agree if u not in active])
         for p in pending:
-            starting[p.url] = p
+            starting[p.url] = [p]
         strict = waited
     else:
         other_groups = []
@@ -686,9 +690,27 @@ def download(
         late_mirrors.done.set()
         for probe in late_mirrors.probes:  # (discard waits for it in a thread of its own)
             probe.discard()
-        for probe in starting.values():  # not asked for by any flow
-            probe.discard()
+        for probes in starting.values():  # not asked for by any flow
+            for probe in probes:
+                probe.discard()
         _close_cache(fetcher_cache)
+
+
+def _plan_transfers(
+    plan: Plan, access_bps: int | None, config: EngineConfig | None,
+    max_connections: int | None,
+) -> list[tuple[str, int]]:
+    """(url, offset) of the transfers ``plan`` begins with, as the engine will cut
+    them (advice.transfer_starts, with the engine's settings)."""
+    from pftp_client.advice import DEFAULT_MAX_CONNECTIONS, MIN_PART_BYTES, transfer_starts
+    from pftp_client.pieces import choose_piece_size
+
+    most = max_connections or (config.max_streams if config else DEFAULT_MAX_CONNECTIONS)
+    min_part = config.advised_min_part_bytes if config else MIN_PART_BYTES
+    piece = choose_piece_size(plan.file.size, len(plan.active), plan.file.piece_size)
+    portions = [(p.mirror.url, p.start, p.end, p.mirror.connections, p.mirror.expected_bps)
+                for p in plan.portions]
+    return transfer_starts(portions, plan.file.size, piece, most, min_part, access_bps)
 
 
 def check_url_or_usage(url: str) -> str:
@@ -759,26 +781,42 @@ class _LateMirrors:
         return False
 
 
+def _take_starting(
+    starting: dict[str, list[early.EarlyProbe]], url: str, at: int | None
+) -> early.EarlyProbe | None:
+    """The transfer started for ``url`` at ``at`` if there is one, else any started
+    for ``url`` (begun elsewhere, it starts again where asked); lock held."""
+    probes = starting.get(url)
+    if not probes:
+        return None
+    pick = next((p for p in probes if at is not None and p.at == at), probes[0])
+    probes.remove(pick)
+    if not probes:
+        del starting[url]
+    return pick
+
+
 def _cached_opener(
     open_fetcher: Callable[..., RangeFetcher],
     cache: dict[str, list[RangeFetcher]],
-    starting: dict[str, early.EarlyProbe] | None = None,
+    starting: dict[str, list[early.EarlyProbe]] | None = None,
     size: int = 0,
     strict: set[str] | frozenset[str] = frozenset(),
 ) -> Callable[..., RangeFetcher]:
     """Hands out the probes' connections first. ``starting``: connections still
     being made (early.start_portions, or the entry point's probes the download
     did not wait for); the flow that asks waits for its own, which is never later
-    than making a new one. A URL in ``strict`` has not shown the file's size yet:
-    if its probe fails or finds another size, the flow fails with that."""
+    than making a new one: the one started at the offset it asks for (``at``),
+    where a mirror has several. A URL in ``strict`` has not shown the file's size
+    yet: if its probe fails or finds another size, the flow fails with that."""
     lock = threading.Lock()
     starting = starting if starting is not None else {}
 
-    def opener(url: str, **kw: Any) -> RangeFetcher:
+    def opener(url: str, at: int | None = None, **kw: Any) -> RangeFetcher:
         with lock:
             ready = cache.get(url)
             f = ready.pop() if ready else None
-            probe = starting.pop(url, None) if f is None else None
+            probe = _take_starting(starting, url, at) if f is None else None
         if probe is not None:
             f = probe.take(size)
             if f is None and url in strict:
@@ -801,6 +839,7 @@ def _cached_opener(
                 raise
         return f
 
+    opener.takes_at = True  # type: ignore[attr-defined]  # (engine: passes the offset)
     return opener
 
 
@@ -815,6 +854,7 @@ def _vetted(
             f.vet = book.vet  # type: ignore[attr-defined]
         return f
 
+    opener.takes_at = getattr(open_fetcher, "takes_at", False)  # type: ignore[attr-defined]
     return opener
 
 
@@ -860,6 +900,7 @@ def _with_kernel_timestamps(
             f.kernel_timestamps = True  # type: ignore[attr-defined]
         return f
 
+    opener.takes_at = getattr(open_fetcher, "takes_at", False)  # type: ignore[attr-defined]
     return opener
 
 

@@ -96,6 +96,55 @@ def parse_get(argv: Sequence[str]) -> tuple[str | None, list[str], list[str], st
     return name, mirrors, backups, coordinator
 
 
+def _max_connections(argv: Sequence[str]) -> int:
+    """``--max-connections N`` of a get's argv as download() will take it; the
+    default when absent or not a number (download() then says what is wrong)."""
+    from pftp_client.advice import DEFAULT_MAX_CONNECTIONS
+
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == "--max-connections" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--max-connections="):
+            value = arg.partition("=")[2]
+    try:
+        return int(value) if value is not None else DEFAULT_MAX_CONNECTIONS
+    except ValueError:
+        return DEFAULT_MAX_CONNECTIONS
+
+
+def plan_transfers(answer: Any, access_bps: float | None, max_connections: int) -> list[
+    tuple[str, int]
+] | None:
+    """(url, offset) of the transfers a coordinator's answer (plain JSON) begins
+    with: each portion's start, and the starts of the connections it advises
+    (advice.transfer_starts, cut as the engine will cut them). None when the
+    answer is not shaped so (download() checks it and says what is wrong)."""
+    from pftp_client.advice import transfer_starts
+    from pftp_client.pieces import choose_piece_size
+
+    try:
+        f = answer["file"]
+        size, hashed = f["size"], f.get("piece_size")
+        portions = []
+        for a in answer["assignments"]:
+            url, offset, length = a["url"], a["offset"], a["length"]
+            conns, expected = a.get("connections", 1), a.get("expected_bps")
+            if not (isinstance(url, str) and isinstance(offset, int) and offset >= 0
+                    and isinstance(length, int) and length >= 0
+                    and isinstance(conns, int) and conns >= 1):
+                return None
+            expected = expected if isinstance(expected, int | float) else None
+            portions.append((url, offset, offset + length, conns, expected))
+        if not isinstance(size, int) or not isinstance(hashed, int | None):
+            return None
+    except (KeyError, TypeError, AttributeError):
+        return None
+    active = sum(1 for p in portions if p[2] > p[1])
+    piece = choose_piece_size(size, active, hashed)
+    return transfer_starts(portions, size, piece, max_connections, access_bps=access_bps)
+
+
 def mirror_urls(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
     """(mirrors, backups) of ``pftp get --mirror URL ...`` without a NAME, as the
     CLI would parse them; None for anything else (parse_get)."""
@@ -436,7 +485,7 @@ def start(argv: Sequence[str]) -> int:
             global _plan
             with _lock:
                 if _plan is None:
-                    _plan = _launch(EarlyPlan(name, coordinator))
+                    _plan = _launch(EarlyPlan(name, coordinator, _max_connections(argv)))
                 plan = _plan
             # The CLI's imports would hold the GIL while the request is being
             # written (~30 ms later in the lab); its few milliseconds go first.
@@ -475,8 +524,10 @@ def start(argv: Sequence[str]) -> int:
 
 def start_portions(portions: Sequence[tuple[str, int]], timeout: float) -> list[EarlyProbe]:
     """For a coordinator's plan: connect to each FTP mirror and start its transfer at
-    the start of its portion ((url, start) pairs), while the engine's modules load.
-    download() hands each to the flow that asks for that mirror (``take``)."""
+    the start of its portion ((url, start) pairs; several for one mirror where the
+    coordinator advised several connections: plan_transfers), while the engine's
+    modules load. download() hands each to the flow that asks for that mirror at
+    that offset (``take``)."""
     ours = sorted(
         (start, url) for url, start in portions if url.lower().startswith(_HEAD_START_SCHEMES)
     )
@@ -506,9 +557,12 @@ class EarlyPlan:
     (take_plan) only if its own request is this one, and checks it as it checks
     its own (coordinator.plan_from_answer)."""
 
-    def __init__(self, name: str, coordinator: str | None) -> None:
+    def __init__(
+        self, name: str, coordinator: str | None, max_connections: int | None = None
+    ) -> None:
         self.name = name
         self.coordinator = coordinator
+        self.max_connections = max_connections
         # (name, coordinators, access bandwidth setting, timeout) when asked; None: not
         self.key: tuple[str, tuple[str, ...], str | None, float] | None = None
         self.bandwidth: tuple[int | None, str] = (None, "")
@@ -568,10 +622,12 @@ class EarlyPlan:
         self.answer = (coordinator, status, content)
         if status != 200:
             return
-        answer = json.loads(content)
-        portions = [(a["url"], a["offset"]) for a in answer["assignments"] if a["length"] > 0]
-        if all(isinstance(u, str) and isinstance(o, int) and o >= 0 for u, o in portions):
-            self.probes = start_portions(portions, _DEFAULT_TIMEOUT_S)
+        from pftp_client.advice import DEFAULT_MAX_CONNECTIONS
+
+        transfers = plan_transfers(json.loads(content), self.bandwidth[0],
+                                   self.max_connections or DEFAULT_MAX_CONNECTIONS)
+        if transfers is not None:
+            self.probes = start_portions(transfers, _DEFAULT_TIMEOUT_S)
 
     def plan(self, request: Any) -> tuple[str, Any]:
         """(coordinator, Plan) from the answer, checked as download()'s own

@@ -33,7 +33,6 @@ piece buffer per repair in progress.
 from __future__ import annotations
 
 import itertools
-import math
 import threading
 import time
 from collections import deque
@@ -43,6 +42,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pftp_wire.tcp_model import slow_start_s
 
+from pftp_client.advice import DEFAULT_MAX_CONNECTIONS, advised_count, split_work
+from pftp_client.advice import MIN_PART_BYTES as ADVISED_MIN_PART_BYTES
 from pftp_client.flow_observer import DetectorFactory, FlowObserver, FlowTimings
 from pftp_client.integrity import sha256_of_buffer, sha256_of_range
 from pftp_client.lead import LeadSettings, judge_start, judge_steady, pays_off
@@ -55,7 +56,6 @@ from pftp_client.ranges import (
     RangeOwners,
     RangeSet,
     deal_in_rounds,
-    split_evenly,
 )
 from pftp_client.rate import RateMeter
 from pftp_client.slow_server import FlowProgress, find_slow_flows, reduced_portion
@@ -254,7 +254,7 @@ class EngineConfig:
     # and any transport. Several connections at once when it was idle most of
     # the time (streams.streams_to_add). With the access link unknown, the gain
     # must not come from the other mirrors (streams.others_kept).
-    max_streams: int = 8
+    max_streams: int = DEFAULT_MAX_CONNECTIONS
     stream_min_rtt_s: float = 0.01
     stream_loss_share: float = 0.01
     stream_idle_share: float = 0.3
@@ -282,7 +282,7 @@ class EngineConfig:
     stream_early_burst_s: float = 0.04
     # A mirror the coordinator advised several connections for (Assignment.
     # connections) gets them at start, each with at least this much of its portion.
-    advised_min_part_bytes: int = 1 << 20
+    advised_min_part_bytes: int = ADVISED_MIN_PART_BYTES
 
 
 LaneKind = Literal["normal", "duplicate", "repair"]
@@ -450,6 +450,7 @@ class DownloadEngine:
         self.split_grid = PieceGrid(grid.size, split_unit(grid.piece_size))  # tail splits
         self.cfg = config or EngineConfig()
         self._open_fetcher = open_fetcher
+        self._opener_takes_at = bool(getattr(open_fetcher, "takes_at", False))
         self._checkpoint = checkpoint
         self._on_prefix = on_prefix
         self._log = log
@@ -984,25 +985,14 @@ class DownloadEngine:
         ``src`` (at most max_streams; each part at least advised_min_part_bytes;
         behind an access link slower than the mirror's expected rate, the share of
         them that link takes), cut at piece boundaries: the first for its flow, the
-        others for connections opened with it."""
-        n = min(src.connections, self.cfg.max_streams,
-                work.total() // max(self.cfg.advised_min_part_bytes, 1))
-        access, expected = self.cfg.access_bps, src.expected_bps
-        if n > 1 and access and expected and access < expected:
-            # (behind a slower access link, the connections its share of it needs)
-            n = min(n, math.ceil(src.connections * access / expected))
+        others for connections opened with it (for a whole portion, at
+        advice.part_starts: the entry point's early plan starts them there)."""
+        n = advised_count(src.connections, self.cfg.max_streams, work.total(),
+                          self.cfg.advised_min_part_bytes, self.cfg.access_bps,
+                          src.expected_bps)
         if n <= 1:
             return [work]
-        groups = split_evenly(work, n)
-        for a, b in itertools.pairwise(groups):
-            head = b.first()
-            if head is None:
-                continue
-            cut = min(self.grid.align_up(head[0]), head[1])
-            if cut > head[0]:  # (the bytes up to the piece boundary stay with a)
-                b.remove(head[0], cut)
-                a.add(head[0], cut)
-        return [g for g in groups if g]
+        return split_work(work, n, self.grid.piece_size, self.size)
 
     def _start_advised(self) -> None:
         """Lock held, at start: the advised connections (_advised_split)."""
@@ -2262,8 +2252,12 @@ class DownloadEngine:
         try:
             if flow.fetcher is None:
                 flow.stats.state = "connecting"
+                # (an opener that can tell transfers started early apart by offset
+                # hands this flow the one begun where it asks: downloader)
+                at = {"at": lane.reserved} if self._opener_takes_at else {}
                 flow.fetcher = self._open_fetcher(
-                    flow.mirror.url, timeout=self.cfg.timeout, stall_timeout=self.cfg.stall_timeout
+                    flow.mirror.url, timeout=self.cfg.timeout,
+                    stall_timeout=self.cfg.stall_timeout, **at,
                 )
                 if flow.id in self._advised:
                     with self._lock:

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 from pftp_client import early
+from pftp_client.advice import part_starts
 from pftp_client.downloader import download
+from pftp_client.pieces import choose_piece_size
 
 
 @pytest.fixture
@@ -208,3 +210,33 @@ def test_a_busy_coordinator_gets_three_attempts_in_all(
     with pytest.raises(CoordinatorUnavailable, match="after 3 attempts"):
         _cli_download("f.bin", coord.url, tmp_path / "f.bin")
     assert len(coord.requests) == 3
+
+
+def test_advised_connections_start_early_too_each_taken_by_its_own(
+    tmp_path: Path, ftp_mirrors, canned_coordinator, clean_early, equal_plan
+) -> None:
+    """The coordinator advises 3 connections to m0: the early plan starts their
+    transfers where the engine will cut m0's portion (advice.part_starts), and each
+    connection takes over the one begun at its own offset."""
+    data = os.urandom(6 * 1024 * 1024 + 5)
+    m = ftp_mirrors({"f.bin": data}, 2)
+    answer = equal_plan(data, [x.url("f.bin") for x in m])
+    answer["assignments"][0]["connections"] = 3
+    answer["assignments"][0]["expected_bps"] = 3e7  # (below the 50M access: all 3)
+    coord = canned_coordinator(200, answer)
+    early.start(["get", "f.bin", "--coordinator", coord.url, "-o", str(tmp_path / "f.bin")])
+    plan = early._plan
+    assert plan is not None
+    plan._done.wait(30)
+    heads = [p.result()[1] for p in plan.probes]
+    # m0's 3 MiB in 3 parts cut at pieces (128 KiB for 6 MiB over 2 mirrors)
+    m0_len, m1_at = answer["assignments"][0]["length"], answer["assignments"][1]["offset"]
+    starts = part_starts(0, m0_len, 3, choose_piece_size(len(data), 2), len(data))
+    assert len(starts) == 3
+    assert sorted(f._head.offset for f in heads) == [*starts, m1_at]
+    s = _cli_download("f.bin", coord.url, tmp_path / "f.bin")
+    assert s.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
+    advised = [e for e in s.events if e.kind == "stream" and "coordinator found" in e.detail]
+    assert len(advised) == 2
+    assert all(f.head_history is not None for f in heads)  # each transfer was taken over
+    assert s.duplicate_bytes == 0
