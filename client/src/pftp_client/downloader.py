@@ -1300,6 +1300,7 @@ def _report(coordinator: str, summary: DownloadSummary, say: Callable[[str], Non
 
     from pftp_client.coordinator import CoordinatorError, send_report
 
+    refuted = set(summary.congestion.get("refuted") or ())
     report = DownloadReport(
         request_id=summary.request_id,
         file=summary.name,
@@ -1318,8 +1319,8 @@ def _report(coordinator: str, summary: DownloadSummary, say: Callable[[str], Non
                 throughput_bps=m.steady_bps if m.steady_bps is not None else m.rate_bps,
                 failures=m.failures,
                 slow=m.slow,
-                # (not for a verdict that did not hold: congested_with is empty then)
-                congested=m.congested and bool(m.congested_with),
+                # (not for a verdict the download disproved: refuted)
+                congested=m.congested and m.name not in refuted,
                 congested_with=list(m.congested_with),
                 bad_data=m.corrupt,
             )

@@ -143,6 +143,7 @@ def test_report_carries_congested_and_congested_with(canned_coordinator):
         sha256_verified=False,
         mirrors=mirrors,
         request_id="r1",
+        congestion={"mode": "auto", "events": [], "refuted": ["m2"]},
     )
     notes: list[str] = []
     _report(coord.url, summary, notes.append)
