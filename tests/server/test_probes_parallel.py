@@ -13,6 +13,7 @@ from pftp_coordinator.db import session_scope
 from pftp_coordinator.models import PathProbe
 from pftp_coordinator.probes.service import (
     connections_needed,
+    gain_needed,
     parallel_connections,
     probe_mirror,
 )
@@ -162,6 +163,15 @@ def test_offsets_connections_and_counts():
     assert connections_needed(1.6e6, 1e6, 4) == 2
     assert connections_needed(1.45e6, 1e6, 4) == 2
     assert connections_needed(20e6, 8e6, 8) == 4  # a 20 Mbit/s path, 8 Mbit/s each
+
+
+def test_a_path_held_by_its_capacity_alone_must_scale_with_the_connections() -> None:
+    # a sender seen pausing: x1.4 is a server's limit
+    assert gain_needed(4, by_capacity=False) == 1.4
+    # capacity only: 4 connections must carry 3x one (a competitor's 1 against our 4
+    # on a shared link gives 1.6x, which says nothing of the mirror)
+    assert gain_needed(4, by_capacity=True) == 3.0
+    assert gain_needed(2, by_capacity=True) == 1.5
 
 
 # --- against a real pyftpdlib ----------------------------------------------------------

@@ -50,13 +50,7 @@ from pftp_client.lead import LeadSettings, judge_start, judge_steady, pays_off
 from pftp_client.part_file import PartFile
 from pftp_client.pieces import PieceGrid, split_unit
 from pftp_client.plan import MirrorSource, Plan
-from pftp_client.ranges import (
-    MAX_ROUNDS,
-    ROUND_BLOCK_BYTES,
-    RangeOwners,
-    RangeSet,
-    deal_in_rounds,
-)
+from pftp_client.ranges import MAX_ROUNDS, ROUND_BLOCK_BYTES, RangeOwners, RangeSet, deal_in_rounds
 from pftp_client.rate import RateMeter
 from pftp_client.slow_server import FlowProgress, find_slow_flows, reduced_portion
 from pftp_client.streams import (
@@ -1011,8 +1005,9 @@ class DownloadEngine:
     def _await_parent(self, flow: Flow) -> None:
         """An advised connection opens once its mirror's first has its connection:
         that one takes the transfer started at the portion's start while the
-        engine loaded (downloader's opener hands it to whichever asks first; taken
-        by another, it would be aborted and made again)."""
+        engine loaded. (The downloader's opener hands out transfers by offset, but
+        where none was started at an advised part's offset, a resume, it hands out
+        any: taken from the first, that transfer would be aborted and made again.)"""
         parent = self.flows.get(flow.stream_of or "")
         deadline = self._clock() + self.cfg.timeout
         with self._lock:

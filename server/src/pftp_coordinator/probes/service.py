@@ -56,6 +56,9 @@ RTT_SAMPLES = 5
 # Several connections must carry this much more than one before clients are told
 # to open several: less is within what one probe to the next varies.
 PARALLEL_GAIN = 1.4
+# With only the capacity's word for it, each of the connections must carry this share
+# of what one carried alone (gain_needed).
+SCALING = 0.75
 # Connections told: what the aggregate needs at one connection's rate, with this
 # much to spare. The single read is often the faster (a shaper's bucket lets its
 # first bytes through at line rate: lab, 12.7 Mbit/s for a 10 Mbit/s limit, whose
@@ -147,6 +150,17 @@ def parallel_connections(n: int, capacity_bps: float | None, single_bps: float) 
     return max(2, min(n, want))
 
 
+def gain_needed(n: int, by_capacity: bool) -> float:
+    """Pure: how many times one connection's rate ``n`` connections must carry
+    before clients are told to open several. PARALLEL_GAIN when the sender was seen
+    pausing (a server's per-connection limit); when only the path's capacity said
+    the read was held, nearly ``n`` times (SCALING each): on a path others load,
+    more connections take a larger share of it, not more of the mirror (lab,
+    shared-bottleneck: 4 connections against a competitor's 1 carried 1.6x one and
+    were told, and the client's 4 then crowded the mirror sharing that link)."""
+    return max(PARALLEL_GAIN, SCALING * n) if by_capacity else PARALLEL_GAIN
+
+
 def connections_needed(aggregate_bps: float, single_bps: float, n: int) -> int:
     """Pure: connections that carry ``aggregate_bps`` at ``single_bps`` each, with
     CONNECTION_SLACK to spare: 2..n."""
@@ -162,7 +176,11 @@ def _throughput_row(
     read over several connections when the single one looks held (module doc)."""
     single = {"method": tp.method, "ok": True, "throughput_bps": tp.bps, "rtt_s": None}
     max_n = settings.probe_max_connections
-    why = held_reason(tp.bps, tp.samples, tp.waited, capacity_bps)
+    # the sender's own pauses first: they say the server holds the connection
+    why = held_reason(tp.bps, tp.samples, tp.waited)
+    by_capacity = why is None
+    if by_capacity:
+        why = held_reason(tp.bps, capacity_bps=capacity_bps)
     if why is None or max_n < 2 or not target.read_url:
         return {**single, "connections": 1}
     n = parallel_connections(max_n, capacity_bps, tp.bps)
@@ -183,11 +201,12 @@ def _throughput_row(
     if par.errors:
         log.info("probe %s: %d of %d parallel reads failed: %s",
                  target.name, len(par.errors), n, "; ".join(par.errors))
-    if par.bps < PARALLEL_GAIN * tp.bps:
+    need = gain_needed(par.connections, by_capacity)
+    if par.bps < need * tp.bps:
         log.info(
             "probe %s: %d connections carried %.1f Mbit/s, one %.1f: "
             "below %.1fx, so one connection is what the path gives",
-            target.name, par.connections, par.bps / 1e6, tp.bps / 1e6, PARALLEL_GAIN,
+            target.name, par.connections, par.bps / 1e6, tp.bps / 1e6, need,
         )
         return {**single, "connections": 1}
     conns = connections_needed(par.bps, tp.bps, par.connections)
