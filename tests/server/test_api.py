@@ -118,6 +118,8 @@ def test_mirror_admin(db_url: str, tmp_path: Path) -> None:
         listed = wait_until(listed_with_score, what="m1 shown as unranked")
         assert [x["name"] for x in listed] == ["m1"]
         assert "demand" in listed[0]["score"]["inputs"]
+        # (never probed: how many connections its probes read over is not known)
+        assert listed[0]["score"]["inputs"]["probe_connections"] is None
         r = client.post("/api/v1/admin/mirrors/m1/enable", headers=AUTH)
         assert r.json()["enabled"] is True
 

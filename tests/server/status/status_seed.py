@@ -71,6 +71,8 @@ def seed_database(url: str, *, now: datetime | None = None) -> None:
                             loss=None if down else 0.001 * k,
                             capacity_bps=None if down else (40 - 8 * k) * 1e6,
                             throughput_bps=None if down else (30 - 6 * k + step % 4) * 1e6,
+                            # bravo holds each connection: its probes read over 3
+                            connections=3 if m.name == "mirror-bravo" else 1,
                             error="connection refused" if down else None,
                         )
                     )

@@ -20,6 +20,7 @@ _INPUT_FIELDS = (
     "rtt_s",
     "loss",
     "probe_throughput_bps",
+    "probe_connections",  # (>1: what clients are told to open, Assignment.connections)
     "cpu_percent",
     "memory_percent",
     "throughput_bps",

@@ -57,6 +57,9 @@ class MirrorRow:
     loss: float | None = None
     capacity_bps: float | None = None
     probe_throughput_bps: float | None = None
+    # connections that rate was measured over (>1: each one is held by the mirror,
+    # and clients are told to open that many)
+    probe_connections: int | None = None
     cpu_percent: float | None = None
     memory_percent: float | None = None
     load1: float | None = None
@@ -256,6 +259,7 @@ def collect_status(
             row.loss = info.metrics.loss
             row.capacity_bps = info.metrics.capacity_bps
             row.probe_throughput_bps = info.metrics.probe_throughput_bps
+            row.probe_connections = info.metrics.probe_connections
         if good is not None and row.rtt_s is None:
             row.rtt_s, row.loss = good.rtt_s, good.loss
         u = util.get(m.id)
