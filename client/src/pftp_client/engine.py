@@ -277,6 +277,9 @@ class EngineConfig:
     # A mirror the coordinator advised several connections for (Assignment.
     # connections) gets them at start, each with at least this much of its portion.
     advised_min_part_bytes: int = ADVISED_MIN_PART_BYTES
+    # A backup the coordinator advised several connections for gets them this long
+    # after its first data (its work comes from the pool: known once it runs).
+    advised_backup_look_s: float = 0.1
 
 
 LaneKind = Literal["normal", "duplicate", "repair"]
@@ -1505,9 +1508,20 @@ class DownloadEngine:
         """Lock held: when the next mirror's first connection is due its early look."""
         if self.cfg.max_streams <= 1 or self.cfg.stream_early_share >= 1.0:
             return None
-        due = [f.first_data + self.cfg.stream_early_s for f in self.flows.values()
+        due = [f.first_data + self._early_look_after(f) for f in self.flows.values()
                if f.first_data is not None and not f.early_looked and f.stream_of is None]
         return min(due, default=None)
+
+    def _early_look_after(self, f: Flow) -> float:
+        """Seconds after ``f``'s first data its early look is due."""
+        return (self.cfg.advised_backup_look_s if self._advised_backup(f)
+                else self.cfg.stream_early_s)
+
+    def _advised_backup(self, f: Flow) -> bool:
+        """Is ``f`` a backup's first connection the coordinator advised several for?
+        (An active mirror's advised connections start with it: _start_advised.)"""
+        return (f.stats.role == "backup" and f.stream_of is None
+                and f.mirror.connections > 1 and f.id not in self._no_streams)
 
     def _early_look(self, now: float) -> None:
         """Lock held: the early look at connections past stream_early_s of data
@@ -1517,11 +1531,18 @@ class DownloadEngine:
         looked = []
         for f in self.flows.values():
             if (f.first_data is None or f.early_looked or f.stream_of is not None
-                    or now < f.first_data + self.cfg.stream_early_s
+                    or now < f.first_data + self._early_look_after(f)
                     or f.id in self._advised):  # (has its connections already)
                 continue
             f.early_looked = True
             if not f.alive:
+                continue
+            if self._advised_backup(f):
+                # (its rate so far: what the trial's gain is judged against)
+                f.round_Bps = f.stats.received / max(now - f.first_data, 1e-3)
+                looked.append((f, 2.0, "advised",
+                               "the coordinator found each connection to it held below "
+                               "its path's rate"))
                 continue
             since = f.first_data + self.cfg.stream_early_skip_s
             times, sizes = self._arrivals(f)
@@ -1545,7 +1566,7 @@ class DownloadEngine:
                 why = (f"its data arrive in bursts of {clump * 1e3:.0f} ms of its rate "
                        "at once")
             self._log(f"{f.id}: {why} (first {now - since:.2f} s)")
-            looked.append((f, share or 1.0, why))
+            looked.append((f, share or 1.0, "pauses", why))
         if not looked:
             return
         # the rates the trial compares with: every flow's over the same time
@@ -1559,10 +1580,10 @@ class DownloadEngine:
                 g.round_Bps = rate_since(t, b, begin, now)
         agg = self._aggregate.rate(now)
         access = self.cfg.access_bps
-        for f, _, why in sorted(looked, key=lambda x: -x[1]):
+        for f, _, kind, why in sorted(looked, key=lambda x: -x[1]):
             if self._trials_barred(agg) or not self._may_add_streams(f):
                 continue
-            self._start_trial(f, 2.0, "pauses", now, {}, {}, {}, bool(access), reason=why)
+            self._start_trial(f, 2.0, kind, now, {}, {}, {}, bool(access), reason=why)
             if not access:
                 break
 
@@ -1584,7 +1605,13 @@ class DownloadEngine:
         # burst says; bins coarser than its bursts understate how much)
         add = streams_to_add(idles.get(f.id) if kind == "idle" else None, have,
                              self.cfg.max_streams,
-                             burst=kind in ("burst", "scaled", "pauses") or key >= 0.5)
+                             burst=kind in ("burst", "scaled", "pauses", "advised") or key >= 0.5)
+        if kind == "advised":
+            # (as many as the coordinator's probe needed, within what the access
+            # link takes: advice.advised_count)
+            want = advised_count(f.mirror.connections, self.cfg.max_streams, self.size,
+                                 1, self.cfg.access_bps, f.mirror.expected_bps)
+            add = min(add, want - have)
         if kind == "scaled":
             # (doubling, not all at once: its path's rate is still unknown, and each
             # step that scales asks for the next)
@@ -1607,7 +1634,7 @@ class DownloadEngine:
         end = lane.owned_end
         lane.end.lower_to(cuts[0])
         lane.owned_end = cuts[0]
-        if kind in ("scaled", "pauses"):
+        if kind in ("scaled", "pauses", "advised"):
             why = reason or "its rate grew with its connections"
         elif kind == "loss":
             why = f"{losses.get(f.id, 0.0):.1%} of its segments out of order"

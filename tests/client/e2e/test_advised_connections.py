@@ -91,3 +91,27 @@ def test_advised_connections_the_mirror_refuses_give_their_part_back(
     assert len(refused) == 2 and all("421" in d for d in refused), refused
     assert not [e for e in s.events if e.kind in ("failed", "retry")]
     assert sum(x.bytes for x in s.mirrors) >= len(data)
+
+
+def test_a_backup_advised_several_connections_gets_them_when_it_starts(
+    tmp_path: Path, ftp_mirrors, start_vsftpd, canned_coordinator, equal_plan
+) -> None:
+    """m0 dies early; its remainder goes to the backup, a vsftpd holding each
+    connection to 1 MB/s that the coordinator advised 3 connections for: the
+    backup opens the other two a moment after its first data, not after a
+    monitor round's signals."""
+    data = os.urandom(12 * MIB + 9)
+    m = ftp_mirrors({"f.bin": data}, 2, die_after={0: 256 * 1024}, throttle={1: 512 * 1024})
+    backup = start_vsftpd(anon_max_rate=1_000_000)
+    backup.put("f.bin", data)
+    answer = equal_plan(data, [x.url("f.bin") for x in m])
+    answer["backups"] = [{"mirror": "b0", "url": backup.url("f.bin"), "suitability": 0.1,
+                          "expected_bps": 2.4e7, "connections": 3}]
+    coord = canned_coordinator(200, answer)
+    s = _get(tmp_path, coord.url)
+    assert s.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
+    started = next(e for e in s.events if e.kind == "backup" and e.mirror == "b0")
+    advised = _advised(s, "b0")
+    assert len(advised) == 2, [(e.kind, e.mirror, e.detail) for e in s.events]
+    opened = [e for e in s.events if e.detail in advised]
+    assert all(e.at_s - started.at_s < 1.0 for e in opened), (started, opened)
