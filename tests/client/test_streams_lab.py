@@ -313,13 +313,13 @@ LIMIT = 1_000_000  # bytes/s per connection
 
 def _run_limited(tmp_path: Path, kind: str, *, http: bool = False,
                  max_per_ip: int | None = None, extra: tuple[str, ...] = (),
-                 size: int = SIZE) -> dict:
-    """One mirror on a 100 Mbit/s link whose server holds each connection to
+                 size: int = SIZE, link_mbit: int = 100) -> dict:
+    """One mirror on a ``link_mbit`` link whose server holds each connection to
     LIMIT (vsftpd anon_max_rate, pure-ftpd --anonymousbandwidth, nginx
     limit_rate); the access link unknown (a mirror-only download, no setting)."""
     src = tmp_path / "data.bin"
     digest = make_file(src, size, seed=6)
-    spec = MirrorSpec(rate_bps=100 * MBIT, kind=kind, http=http, conn_rate_Bps=LIMIT,
+    spec = MirrorSpec(rate_bps=link_mbit * MBIT, kind=kind, http=http, conn_rate_Bps=LIMIT,
                       max_per_ip=max_per_ip, name="limited")
     with Lab([spec], files={"data.bin": src}) as lab:
         return _download(lab, tmp_path, digest, http=http, access=None, extra=extra)
@@ -364,11 +364,7 @@ def test_a_limited_server_behind_a_slower_link_keeps_what_the_link_takes(
     connections pay up to the link's rate, not 8 of them. Those tried beyond
     what the link takes are closed ("not needed" when some of a trial's pay, "no
     gain" when none of them does); the mirror keeps 2-4 in all."""
-    src = tmp_path / "data.bin"
-    digest = make_file(src, SIZE, seed=8)
-    spec = MirrorSpec(rate_bps=20 * MBIT, conn_rate_Bps=LIMIT, name="limited-link")
-    with Lab([spec], files={"data.bin": src}) as lab:
-        summary = _download(lab, tmp_path, digest, access=None)
+    summary = _run_limited(tmp_path, "vsftpd", link_mbit=20)
     started, ended = _stream_events(summary)
     closed = _events(summary, "stream", "not needed")
     print(summary["seconds"], started, ended, closed)
@@ -384,11 +380,7 @@ def test_a_trial_that_paid_keeps_only_what_the_path_takes(tmp_path: Path) -> Non
     look's 7 more connections pay (x4 and more), but the path takes about 5 in
     all; those beyond what the new rate needs, and one to spare, are closed ("not
     needed"), their ranges back to the others."""
-    src = tmp_path / "data.bin"
-    digest = make_file(src, SIZE, seed=10)
-    spec = MirrorSpec(rate_bps=40 * MBIT, conn_rate_Bps=LIMIT, name="limited-40")
-    with Lab([spec], files={"data.bin": src}) as lab:
-        summary = _download(lab, tmp_path, digest, access=None)
+    summary = _run_limited(tmp_path, "vsftpd", link_mbit=40)
     started, ended = _stream_events(summary)
     closed = _events(summary, "stream", "not needed")
     print(summary["seconds"], started, ended, closed)

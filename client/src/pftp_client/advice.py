@@ -3,9 +3,9 @@ many the client opens with the mirror's first, and where each begins.
 
 Shared by the engine (which splits the mirror's work so) and the entry point's
 early plan (early.EarlyPlan, which starts those transfers while the engine's
-modules load): both must cut at the same offsets, or a transfer started early is
-not the one a connection asks for. No imports beyond the standard library: the
-entry point loads this before anything else.
+modules load): both cut with split_work, or a transfer started early would not
+be the one a connection asks for. Light to import (the standard library, and
+pftp_client.ranges when a portion is cut): the entry point loads it early.
 """
 
 from __future__ import annotations
@@ -39,18 +39,13 @@ def advised_count(
 
 
 def part_starts(start: int, end: int, parts: int, piece_size: int, size: int) -> list[int]:
-    """Where each of ``parts`` connections begins in [start, end): equal parts,
-    each boundary moved up to a piece boundary (at most to ``end``; within the
-    file of ``size`` bytes). The first is ``start``; empty parts are left out."""
-    total = end - start
-    starts = [start]
-    for i in range(1, parts):
-        cut = start + (i * total) // parts
-        p = max(piece_size, 1)
-        cut = min(size, -(-cut // p) * p, end)
-        if cut > starts[-1] and cut < end:
-            starts.append(cut)
-    return starts
+    """Where each of ``parts`` connections begins in a whole portion [start, end) of
+    a file of ``size`` bytes (split_work's groups: the engine cuts it so). The
+    first is ``start``; parts a piece boundary swallows are left out."""
+    from pftp_client.ranges import RangeSet
+
+    groups = split_work(RangeSet([(start, end)]), parts, piece_size, size)
+    return [first[0] for g in groups if (first := g.first()) is not None]
 
 
 # (the engine's default for connections per mirror: EngineConfig.max_streams)

@@ -1752,39 +1752,33 @@ class DownloadEngine:
             ok = False
             figures += (f"; the other mirrors {trial.others_Bps * 8 / 1e6:.2f} -> "
                         f"{others * 8 / 1e6:.2f} Mbit/s")
-        trimmed = False
+        keep = None  # (how many of them to keep, when not all)
         if not ok and len(live) > 1:
             # (more than it took: keep as many as the rate they brought needs, at
             # the rate each connection carried before, if those pay)
-            keep = kept_streams(trial.connections, len(live), trial.before_Bps, after)
-            if keep and gained(
+            k = kept_streams(trial.connections, len(live), trial.before_Bps, after)
+            if k and gained(
                 trial.before_Bps, after,
-                needed_gain(trial.connections, keep, self.cfg.stream_gain),
+                needed_gain(trial.connections, k, self.cfg.stream_gain),
             ) and (not trial.check_others
                    or others_kept(trial.others_Bps, others, after - trial.before_Bps)):
-                ok = trimmed = True
-                figures += f"; {keep} of them kept"
-                for e in sorted(live, key=lambda e: e.stats.received)[: len(live) - keep]:
-                    self._event("stream", e, f"not needed ({figures}): closed, "
-                                "its range goes back")
-                    self._retire(e, "dropped")
-                live = [e for e in live if e.alive and not e.cancel.is_set()]
-                self._lock.notify_all()
+                ok, keep = True, k
         elif ok and len(live) > 2 and not scales(
             trial.connections, len(live), trial.before_Bps, after
         ):
             # (it paid, but the path took fewer than were opened: those the new rate
             # needs and one to spare; each one more is another ragged end at the tail)
-            keep = kept_streams(trial.connections, len(live), trial.before_Bps, after) + 1
-            if keep < len(live):
-                trimmed = True
-                figures += f"; {keep} of them kept"
-                for e in sorted(live, key=lambda e: e.stats.received)[: len(live) - keep]:
-                    self._event("stream", e, f"not needed ({figures}): closed, "
-                                "its range goes back")
-                    self._retire(e, "dropped")
-                live = [e for e in live if e.alive and not e.cancel.is_set()]
-                self._lock.notify_all()
+            k = kept_streams(trial.connections, len(live), trial.before_Bps, after) + 1
+            keep = k if k < len(live) else None
+        trimmed = keep is not None
+        if keep is not None:
+            figures += f"; {keep} of them kept"
+            for e in sorted(live, key=lambda e: e.stats.received)[: len(live) - keep]:
+                self._event("stream", e, f"not needed ({figures}): closed, "
+                            "its range goes back")
+                self._retire(e, "dropped")
+            live = [e for e in live if e.alive and not e.cancel.is_set()]
+            self._lock.notify_all()
         if ok:
             self._log(f"{', '.join(trial.streams)}: kept ({figures})")
             have = trial.connections + len(live)

@@ -25,16 +25,25 @@ def _get(tmp_path: Path, coord: str, **kw) -> object:
                     congestion="off", **kw)
 
 
+def _advising(ftp_mirrors, canned_coordinator, equal_plan, data: bytes,
+              connections: list[int], **mirror_kw) -> tuple[dict, str]:
+    """Two pyftpdlib mirrors of ``data`` (``mirror_kw``: ftp_mirrors' options) and a
+    coordinator whose answer gives mirror i ``connections[i]``: (answer, its URL)."""
+    m = ftp_mirrors({"f.bin": data}, 2, **mirror_kw)
+    answer = equal_plan(data, [x.url("f.bin") for x in m])
+    for a, n in zip(answer["assignments"], connections, strict=True):
+        a["connections"] = n
+    return answer, canned_coordinator(200, answer).url
+
+
 def test_a_mirror_advised_three_connections_opens_them_at_once(
     tmp_path: Path, ftp_mirrors, canned_coordinator, equal_plan
 ) -> None:
     data = os.urandom(6 * MIB + 7)
     # m0 holds each connection to 1 MB/s: its portion (3 MiB) takes ~1 s on three
-    m = ftp_mirrors({"f.bin": data}, 2, throttle={0: 1_000_000})
-    answer = equal_plan(data, [x.url("f.bin") for x in m])
-    answer["assignments"][0]["connections"] = 3
-    coord = canned_coordinator(200, answer)
-    s = _get(tmp_path, coord.url)
+    answer, coord = _advising(ftp_mirrors, canned_coordinator, equal_plan, data, [3, 1],
+                              throttle={0: 1_000_000})
+    s = _get(tmp_path, coord)
     assert s.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
     advised = _advised(s, "m0")
     assert len(advised) == 2, [e.detail for e in s.events]
@@ -54,22 +63,19 @@ def test_advice_is_held_to_the_connection_limit_and_the_portion(
     tmp_path: Path, ftp_mirrors, canned_coordinator, equal_plan
 ) -> None:
     data = os.urandom(4 * MIB)
-    m = ftp_mirrors({"f.bin": data}, 2)
-    answer = equal_plan(data, [x.url("f.bin") for x in m])
-    answer["assignments"][0]["connections"] = 8  # a 2 MiB portion: two 1 MiB parts
-    answer["assignments"][1]["connections"] = 4  # but --max-connections 1 below
-    coord = canned_coordinator(200, answer)
-    s = _get(tmp_path, coord.url, config=EngineConfig(advised_min_part_bytes=MIB))
+    # m0: 8 for a 2 MiB portion, two 1 MiB parts; m1: 4, but --max-connections 1 below
+    _answer, coord = _advising(ftp_mirrors, canned_coordinator, equal_plan, data, [8, 4])
+    s = _get(tmp_path, coord, config=EngineConfig(advised_min_part_bytes=MIB))
     assert s.sha256_verified
     assert len(_advised(s, "m0")) == 1 and len(_advised(s, "m1")) == 1
     (tmp_path / "f.bin").unlink()
     # behind a 20 Mbit/s access link, a quarter of the 80 Mbit/s expected: 8 -> 2
-    s = _get(tmp_path, coord.url, config=EngineConfig(advised_min_part_bytes=MIB // 4),
+    s = _get(tmp_path, coord, config=EngineConfig(advised_min_part_bytes=MIB // 4),
              access_bandwidth_bps=20_000_000)
     assert s.sha256_verified
     assert len(_advised(s, "m0")) == 1 and _advised(s, "m1") == []
     (tmp_path / "f.bin").unlink()
-    s = _get(tmp_path, coord.url, max_connections=1)
+    s = _get(tmp_path, coord, max_connections=1)
     assert s.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
     assert _advised(s, "m0") == [] and _advised(s, "m1") == []
 
@@ -80,11 +86,9 @@ def test_advised_connections_the_mirror_refuses_give_their_part_back(
     """The coordinator advised 4, the server takes 2 from one address (421 to the
     rest): those two go at once, without retries, their parts to the others."""
     data = os.urandom(8 * MIB + 3)
-    m = ftp_mirrors({"f.bin": data}, 2, max_per_ip={0: 2})
-    answer = equal_plan(data, [x.url("f.bin") for x in m])
-    answer["assignments"][0]["connections"] = 4
-    coord = canned_coordinator(200, answer)
-    s = _get(tmp_path, coord.url)
+    _answer, coord = _advising(ftp_mirrors, canned_coordinator, equal_plan, data, [4, 1],
+                               max_per_ip={0: 2})
+    s = _get(tmp_path, coord)
     assert s.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
     assert len(_advised(s, "m0")) == 3
     refused = [e.detail for e in s.events if e.kind == "stream" and "not taken" in e.detail]
