@@ -81,7 +81,11 @@ def test_settings_from_file_and_env(tmp_path):
     assert (
         s.coordinators == ["http://c:8000"] and s.access_bandwidth == "50M" and s.stall_timeout == 7
     )
-    assert s.max_connections == 2 and not s.unknown
+    assert s.max_connections == 2 and not s.unknown and s.cross_check
+    cfg.write_text("cross_check = false\n")
+    assert not load_settings({"PFTP_CLIENT_CONFIG": str(cfg)}).cross_check
+    cfg.write_text('coordinator = "http://c:8000"\naccess_bandwidth = "50M"\nstall_timeout = 7\n'
+                   "max_connections = 2\n")
     s = load_settings({"PFTP_CLIENT_CONFIG": str(cfg), "PFTP_COORDINATOR": "http://env:1"})
     assert s.coordinators[0] == "http://env:1"
     cfg.write_text("timeout = -1\n")

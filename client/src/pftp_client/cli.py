@@ -203,6 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
         "while they pay (default 8, or the config file's max_connections; 1: one each)",
     )
     get.add_argument(
+        "--no-cross-check",
+        action="store_true",
+        help="with no SHA-256 known, do not compare spots of each mirror's bytes with "
+        "another mirror's copy (or the config file's cross_check = false)",
+    )
+    get.add_argument(
         "--no-discovery",
         action="store_true",
         help="do not look for a coordinator by DNS SRV / broadcast",
@@ -246,6 +252,7 @@ def get(
     max_connections: int | None = None,
     no_discovery: bool = False,
     plot: str | None = None,
+    no_cross_check: bool = False,
 ) -> None:
     """Download NAME via the coordinator, or the file behind --mirror URLs."""
     mirrors = list(mirror or [])
@@ -292,6 +299,7 @@ def get(
             stall_timeout=settings.stall_timeout if stall_timeout is None else stall_timeout,
             max_connections=(settings.max_connections if max_connections is None
                              else max_connections),
+            cross_check=settings.cross_check and not no_cross_check,
             progress=progress,
         )
     except UsageError as exc:

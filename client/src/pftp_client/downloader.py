@@ -353,6 +353,7 @@ def download(
     timeout: float | None = None,
     stall_timeout: float | None = None,
     max_connections: int | None = None,
+    cross_check: bool = True,
 ) -> DownloadSummary:
     """Download ``name`` (via the coordinator) or the file behind ``mirrors``.
 
@@ -374,6 +375,10 @@ def download(
     ``max_connections``: per mirror at most (``config.max_streams``; default 8):
     a mirror gets more than one only when its one connection leaves the path
     idle (a per-connection rate limit, loss) and keeps them only while they pay.
+    ``cross_check``: with no SHA-256 known and two or more mirrors, compare spots
+    of each mirror's bytes with another mirror's copy while the download runs
+    (cross_check.py); a mirror found serving wrong bytes is blamed and its bytes
+    fetched again, a disagreement no third mirror settles fails the download.
 
     Raises UsageError, CoordinatorError, ResumeMismatch, NoMirrorCouldServe,
     VerificationFailed (see cli.py for the exit codes they map to). An exception
@@ -673,6 +678,7 @@ def download(
                     access_bw=bw,
                     t0=t0,
                     late=late_mirrors if first_try else None,
+                    cross_check=cross_check,
                 )
             except (VerificationFailed, NoMirrorCouldServe) as exc:
                 if not other_groups or (isinstance(exc, VerificationFailed) and not sha256):
@@ -858,6 +864,21 @@ def _vetted(
     return opener
 
 
+def _comparing(
+    open_fetcher: Callable[..., RangeFetcher], book: ValidatorBook
+) -> Callable[..., RangeFetcher]:
+    """Fetchers that refuse a copy other than the one the flows saw, without
+    recording theirs (cross_check.py's spots and repairs)."""
+
+    def opener(url: str, **kw: Any) -> RangeFetcher:
+        f = open_fetcher(url, **kw)
+        if hasattr(f, "vet"):
+            f.vet = book.same_copy  # type: ignore[attr-defined]
+        return f
+
+    return opener
+
+
 # A resumed mirror with no version to compare is compared by these bytes instead.
 _SAMPLE_BYTES = 4096
 
@@ -939,6 +960,7 @@ def _run_locked(
     t0: float,
     capture_permitted: Callable[[], bool] | None = None,
     late: _LateMirrors | None = None,
+    cross_check: bool = True,
 ) -> DownloadSummary:
     from pftp_client import control_file
     from pftp_client.congestion_wiring import (
@@ -1063,6 +1085,7 @@ def _run_locked(
     hasher.advance(done.contiguous_end(0))
     if late is not None:
         late.watch(engine, ident.size)
+    checker = _cross_checker(plan, part, engine, cfg, book, say) if cross_check else None
     if progress is not None:
         progress.start(ident.name, ident.size, [m.name for m in plan.active])
     ticker_stop = threading.Event()
@@ -1147,6 +1170,29 @@ def _run_locked(
         digest = hasher.finish(ident.size)
         events = list(result.events)
         refetched = result.refetched_bytes
+        cross_spots = 0
+        if checker is not None:
+            cc = checker.finish(timeout=cfg.timeout)
+            checker = None
+            cross_spots = cc.spots
+            if cc.undecided:
+                control_file.remove(ctl)
+                raise VerificationFailed(
+                    "no SHA-256 known to tell which copy is right: " + "; ".join(cc.undecided)
+                    + f"; {part_p} kept, not renamed (give --sha256 to settle it)"
+                )
+            if cc.blamed:
+                vetted = _comparing(default_open_fetcher, book)
+                refetched += _repair_blamed(
+                    cc.blamed, result, plan, part, events, engine.elapsed(), say,
+                    lambda u: vetted(u, timeout=cfg.timeout, stall_timeout=cfg.stall_timeout),
+                )
+                from pftp_client.integrity import sha256_of_range
+
+                digest = sha256_of_range(part, 0, ident.size)
+            if cc.unchecked:
+                say("cross-check: no other mirror served a spot of the bytes of "
+                    + ", ".join(cc.unchecked) + ": not compared")
         if ident.sha256 and digest != ident.sha256:
             if ident.piece_sha256 is not None:
                 raise VerificationFailed(
@@ -1207,6 +1253,7 @@ def _run_locked(
             resumed_bytes=resumed,
             duplicate_bytes=result.duplicate_bytes,
             refetched_bytes=refetched,
+            cross_checked_spots=cross_spots,
             request_id=plan.request_id,
             coordinator=coordinator,
             access_bandwidth_bps=access_bw,
@@ -1228,6 +1275,8 @@ def _run_locked(
             exc.timeline = timeline  # type: ignore[attr-defined]
         raise
     finally:
+        if checker is not None:
+            checker.close()
         hasher.close()
         if syncer.is_alive():
             syncer.join()  # before the fd is closed (and maybe reused)
@@ -1245,6 +1294,69 @@ def _run_locked(
     if coordinator is not None:
         _report(coordinator, summary, say)
     return summary
+
+
+def _cross_checker(plan: Plan, part: Any, engine: Any, cfg: EngineConfig, book: Any,
+                   say: Callable[[str], None]) -> Any:
+    """Spot checks between the mirrors (cross_check.py) when no SHA-256 is known
+    and a second mirror can vouch; None otherwise. Its connections check their copy
+    against what the flows saw (validators.ValidatorBook.same_copy): a mirror whose
+    copy changed since the flows read it is no referee."""
+    if plan.file.sha256:
+        return None
+    referees = {m.name: m.url for m in [*plan.active, *plan.backups]}
+    if len(referees) < 2:
+        return None
+    from pftp_client.cross_check import CrossChecker
+
+    vetted = _comparing(default_open_fetcher, book)
+
+    def preference() -> dict[str, float]:
+        # mirrors that served bytes and still work, idle or slowest first
+        rates = engine.rates()
+        return {st.name: rates.get(st.name) or 0.0 for st in engine.snapshot()[1]
+                if st.bytes and st.state not in ("failed", "corrupt")}
+
+    return CrossChecker(
+        referees, engine.written_runs, part,
+        lambda u: vetted(u, timeout=cfg.timeout, stall_timeout=cfg.stall_timeout),
+        on_blame=engine.blame, say=say, preference=preference,
+    ).start()
+
+
+def _repair_blamed(
+    blamed: dict[str, str], result: Any, plan: Plan, part: Any, events: list[Any],
+    at_s: float, say: Callable[[str], None], opener: Callable[[str], RangeFetcher],
+) -> int:
+    """Every byte a mirror the spot checks blamed wrote, fetched again from the
+    others (cross_check.refetch_runs); marks it corrupt. Returns bytes fetched.
+    Raises VerificationFailed when no other mirror can serve them."""
+    from pftp_client.cross_check import refetch_runs
+    from pftp_client.integrity import VerificationFailed
+    from pftp_client.summary import MirrorEvent
+
+    good = [m.url for m in [*plan.active, *plan.backups] if m.name not in blamed]
+    fetched = 0
+    for name, why in blamed.items():
+        runs = [(s, e) for s, e, m in result.owners if m == name]
+        try:
+            got, differed = refetch_runs(part, runs, good, opener)
+        except TransferError as exc:
+            raise VerificationFailed(
+                f"{name} served wrong bytes ({why}) and no other mirror could serve "
+                f"them again: {exc}; {part.path} kept, not renamed"
+            ) from exc
+        fetched += got
+        say(f"cross-check: the {got} bytes {name} wrote were fetched again from other "
+            f"mirrors; {differed} differed")
+        if not any(ev.kind == "corrupt" and ev.mirror == name for ev in events):
+            events.append(MirrorEvent("corrupt", name, at_s, why))
+        for st in result.mirrors:
+            if st.name == name:
+                if "corrupt" not in st.events:
+                    st.events.append("corrupt")
+                st.state = "corrupt"
+    return fetched
 
 
 def _on_this_host(url: str) -> bool:

@@ -47,7 +47,7 @@ _WITH_VALUE = {
     "--stall-timeout",
     "--plot",
 }
-_FLAGS = {"--quiet", "-q", "--json", "--restart", "--no-discovery"}
+_FLAGS = {"--quiet", "-q", "--json", "--restart", "--no-discovery", "--no-cross-check"}
 # While the probes run, the main thread imports (CPU-bound, holding the GIL). A
 # probe thread woken by a reply would wait up to the 5 ms default switch interval
 # for it, once per round trip.

@@ -677,6 +677,20 @@ class DownloadEngine:
         agg = self.aggregate_bps()
         return bool(access) and agg is not None and agg >= self.cfg.access_saturation * access
 
+    def written_runs(self) -> list[tuple[int, int, str]]:
+        """Which mirror wrote which bytes so far: (start, end, mirror) runs."""
+        with self._lock:
+            return self.owners.runs()
+
+    def blame(self, mirror: str, why: str) -> None:
+        """A mirror was found serving wrong bytes by a check outside the engine
+        (cross_check.py): stop using it, as a failed piece hash does; its bytes
+        already written are the caller's to repair. After the run: nothing (no
+        flow to stop, and no backup may start)."""
+        with self._lock:
+            if not (self._finished or self._abort is not None):
+                self._blame(mirror, why)
+
     def drop_flows(self, flow_ids: Iterable[str], reason: str = "congested") -> list[str]:
         """Paper 001 Shared-Con-Algo lines 16-21: close these connections and open
         as many to backup (passive) mirrors; remainders move to the pool.

@@ -165,7 +165,7 @@ class CulpritSearch:
 OpenFetcher = Callable[[str], RangeFetcher]
 
 
-def _differing_span(a: bytes, b: memoryview) -> tuple[int, int]:
+def differing_span(a: bytes, b: memoryview) -> tuple[int, int]:
     """[i, j): from the first to past the last byte where ``a`` and ``b`` (same
     length, not equal) differ; bisection over slice comparisons (C speed)."""
     lo, hi = 0, len(a)  # a[:lo] == b[:lo]; a[:hi] != b[:hi]
@@ -202,7 +202,7 @@ def _compare_run(
         mine = part.pread(len(data), offset)
         if mine != data:
             # only the span that differs: exact counts, and _serves_now looks there
-            i, j = _differing_span(mine, data)
+            i, j = differing_span(mine, data)
             alt.pwrite(data[i:j], offset + i)
             if mismatches and mismatches[-1][1] == offset + i:
                 mismatches[-1] = (mismatches[-1][0], offset + j)

@@ -201,7 +201,11 @@ def average_rate(s: DownloadSummary) -> float:
 
 
 def render_summary_line(s: DownloadSummary) -> str:
-    check = "SHA-256 verified" if s.sha256_verified else "no SHA-256 known to check against"
+    check = (
+        "SHA-256 verified" if s.sha256_verified
+        else f"no SHA-256 known; {s.cross_checked_spots} spot(s) matched another mirror's copy"
+        if s.cross_checked_spots else "no SHA-256 known to check against"
+    )
     per = "; ".join(
         f"{m.name}: {human_bytes(m.bytes)} {human_rate(m.rate_bps / 8)}"  # (rate_bps: bits)
         + (f" ({','.join(m.events)})" if m.events else "")

@@ -9,6 +9,7 @@ Config file: ``$PFTP_CLIENT_CONFIG``, else ``$XDG_CONFIG_HOME/pftp/client.toml``
     stall_timeout = 15               # seconds without a byte = failed flow
     max_connections = 8              # per mirror; more than 1 only where they pay
     domain = "campus.example"        # for DNS SRV discovery
+    cross_check = true               # no SHA-256 known: compare spots between mirrors
 """
 
 from __future__ import annotations
@@ -34,12 +35,14 @@ class ClientSettings:
     stall_timeout: float = 15.0
     max_connections: int = 8
     domain: str | None = None
+    cross_check: bool = True
     source: str = "defaults"
     unknown: list[str] = field(default_factory=list)  # keys of the file nobody reads
 
 
 KNOWN_KEYS = (
     "coordinator", "access_bandwidth", "timeout", "stall_timeout", "max_connections", "domain",
+    "cross_check",
 )
 
 
@@ -90,8 +93,12 @@ def load_settings(env: Mapping[str, str] = os.environ, path: Path | None = None)
         conns = raw.get("max_connections", 8)
         if isinstance(conns, bool) or not isinstance(conns, int) or not 1 <= conns <= 16:
             raise SettingsError(f"{path}: max_connections must be a whole number from 1 to 16")
+        cross = raw.get("cross_check", True)
+        if not isinstance(cross, bool):
+            raise SettingsError(f"{path}: cross_check must be true or false, got {cross!r}")
         settings = ClientSettings(
             coordinators=coords,
+            cross_check=cross,
             max_connections=conns,
             access_bandwidth=str(bw) if bw is not None else None,
             timeout=_number(raw, "timeout", 30.0, path),

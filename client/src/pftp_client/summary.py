@@ -89,6 +89,9 @@ class DownloadSummary:
     resumed_bytes: int = 0  # already present from an interrupted run
     duplicate_bytes: int = 0  # fetched twice at the tail (bounded, paper 000)
     refetched_bytes: int = 0  # fetched again to repair or find bad bytes
+    # without a SHA-256: spots of the mirrors' bytes another mirror's copy matched
+    # (cross_check.py); 0 with a hash (it checks every byte) or a single mirror
+    cross_checked_spots: int = 0
     request_id: str | None = None
     coordinator: str | None = None
     access_bandwidth_bps: int | None = None

@@ -86,6 +86,20 @@ class ValidatorBook:
             if old is None and same_bytes is not True and self._sample is not None:
                 self._blind.add(url)
 
+    def same_copy(self, url: str, validator: str | None) -> None:
+        """For a connection that only reads a few bytes to compare them
+        (cross_check.py): raises FileChanged when the URL's copy is not the one
+        this download's flows (or the interrupted run) saw, or was refused already.
+        Records nothing: what the flows saw stays what the control file keeps."""
+        with self._lock:
+            known = self._seen.get(url) or self._recorded.get(url)
+            refused = url in self._changed
+        if refused or (validator and known and validator != known):
+            raise FileChanged(
+                f"{shown(url)}: its copy is not the one this download fetched "
+                f"({known} then, {validator} now)"
+            )
+
     def _sampled_once(self, url: str) -> bool | None:
         with self._lock:
             if url in self._sampled:

@@ -66,6 +66,7 @@ def test_a_bad_access_probe_setting_fails_before_the_download(tmp_path, ftp_mirr
         ('timeout = 5 # caf\xe9\n', ["cannot read config file"]),  # not UTF-8
         ("max_connections = 0\n", ["max_connections must be a whole number from 1 to 16"]),
         ("max_connections = 2.5\n", ["max_connections must be"]),
+        ('cross_check = "no"\n', ["cross_check must be true or false"]),
     ],
 )
 def test_a_bad_config_file_is_a_usage_error(tmp_path, config, words):
@@ -79,6 +80,28 @@ def test_a_bad_max_connections_is_a_usage_error(tmp_path, value):
     r = _run(tmp_path, "get", "--mirror", "ftp://127.0.0.1:1/f", "-o", str(tmp_path / "f"),
              "--max-connections", value)
     _usage_error(r, "--max-connections")
+
+
+def test_two_mirrors_that_disagree_exit_3_unless_the_cross_check_is_off(tmp_path, ftp_mirrors):
+    """No SHA-256 given and two mirrors with other bytes: pftp cannot tell which copy
+    is right, so it puts none in place (exit 3); --no-cross-check (or the config
+    file's cross_check = false) takes what the mirrors sent, as before."""
+    data = os.urandom(1_500_000)
+    root = tmp_path / "shared"
+    root.mkdir()
+    good = ftp_mirrors({"x.bin": data}, 1, root=root)[0]
+    bad = ftp_mirrors({}, 1, corrupt={0: [(0, len(data))]}, root=root)[0]
+    args = ["get", "--mirror", good.url("x.bin"), "--mirror", bad.url("x.bin"), "--json"]
+    r = _run(tmp_path, *args, "-o", str(tmp_path / "a.bin"))
+    assert r.returncode == 3, r.stderr
+    assert "no SHA-256 known to tell which copy is right" in r.stderr
+    assert not (tmp_path / "a.bin").exists()
+    for extra, config in ((["--no-cross-check"], None), ([], "cross_check = false\n")):
+        out = tmp_path / f"b{len(extra)}.bin"
+        r = _run(tmp_path, *args, *extra, "-o", str(out), config=config)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["cross_checked_spots"] == 0
+        assert out.read_bytes() != data  # what the mirrors sent, unchecked
 
 
 def test_a_coordinator_url_that_is_not_one_is_a_usage_error(tmp_path):

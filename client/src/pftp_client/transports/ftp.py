@@ -228,6 +228,13 @@ class _ControlLost(Exception):
         self.blames_pipelining = blames_pipelining
 
 
+def _abor_reply(reply: FtpReply) -> bool:
+    """Whether ``reply`` is ABOR's own (225; 226 naming the abort: vsftpd "ABOR
+    successful", proftpd "Abort successful", pure-ftpd "Since you see this ABOR
+    must've succeeded"), not the transfer's (226 "Transfer complete", 426, 451)."""
+    return reply.code == 225 or (reply.code == 226 and "abor" in reply.text.lower())
+
+
 class _Control:
     """One logged-in control connection: send commands, read (multi-line) replies.
 
@@ -1586,13 +1593,18 @@ class FtpFetcher:
         """Stop a transfer we no longer want and resynchronise the control connection.
 
         The data socket is reset first, then ABOR is sent. RFC 959 servers then
-        send two replies, whatever the timing: the transfer's own final reply
-        and ABOR's (426 + 226 while sending; 226 + 225/226 when the transfer had
-        already finished; vsftpd: 426 "failure writing" + 225). We read those
-        two, then send NOOP and discard anything up to its 200, so a server
-        that counts differently cannot leave a stale reply to be mistaken for
-        the next command's. NOOP is not pipelined behind ABOR: pure-ftpd reads
-        ABOR inside its transfer loop and throws away the rest of that read.
+        send two replies: the transfer's own final reply and ABOR's (426 + 226
+        while sending; 226 + 225/226 when the transfer had already finished;
+        vsftpd: 426 "failure writing" + 225). Some send only ABOR's: pyftpdlib
+        before its first byte (225), pure-ftpd whose transfer the reset ended
+        (226 "Since you see this ABOR must've succeeded"). The transfer's reply
+        always comes first, so once ABOR's own is read (225, or 226 naming the
+        abort) nothing else is due; waiting for a second reply there cost
+        pure-ftpd's control connection and 10 s. Then NOOP goes out and anything
+        up to its 200 is discarded, so a server that counts differently cannot
+        leave a stale reply to be mistaken for the next command's. NOOP is not
+        pipelined behind ABOR: pure-ftpd reads ABOR inside its transfer loop and
+        throws away the rest of that read.
         With ``prepare_next`` (and pipelining on), EPSV/PASV for the next range
         goes out in the same write as NOOP; its reply is the one after the 200.
         If anything fails, the control connection is dropped instead: the next
@@ -1610,13 +1622,8 @@ class FtpFetcher:
 
         try:
             ctrl.send("ABOR")
-            # 225 first: ABOR's own reply with no transfer reply before it (pyftpdlib
-            # when no byte was sent yet): nothing else comes, and waiting for it cost
-            # the reply timeout and the session. The four servers tested send the
-            # transfer's reply first otherwise (vsftpd, pyftpdlib: 426 + 225; proftpd:
-            # 426 + 226; pure-ftpd: 226 + 226). A late one is drained before NOOP's 200.
-            if next_reply().code != 225:
-                next_reply()
+            if not _abor_reply(next_reply()):
+                next_reply()  # that was the transfer's; ABOR's follows
             passive = self._passive_command(ctrl) if prepare_next and self.pipeline else None
             ctrl.send_batch(["NOOP", passive] if passive else ["NOOP"])
             for _ in range(_MAX_DRAIN_REPLIES):
