@@ -32,8 +32,8 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pftp_client.integrity import differing_span
@@ -141,8 +141,9 @@ class CrossChecker:
         self._lock = threading.Lock()
         self._next: dict[str, int] = {}  # mirror -> its bytes at which to check again
         self._seen: dict[str, list[tuple[int, int]]] = {}  # its bytes already sampled from
-        self._inflight: dict[str, Future[None]] = {}
-        self._pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="pftp-crosscheck")
+        # one check at a time per mirror, each on a daemon thread: a referee that
+        # hangs until its timeout must not hold up the exit after Ctrl-C
+        self._inflight: dict[str, threading.Thread] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.result = CrossCheckResult()
@@ -180,7 +181,10 @@ class CrossChecker:
                     continue
                 self._next[m] = GROWTH * written
                 self._seen[m] = mine
-                self._inflight[m] = self._pool.submit(self._check, m, spot)
+                worker = threading.Thread(target=self._check, args=(m, spot),
+                                          name="pftp-crosscheck", daemon=True)
+                self._inflight[m] = worker
+                worker.start()
 
     def finish(self, timeout: float) -> CrossCheckResult:
         """The transfers ended: stop scheduling, give every mirror that wrote bytes
@@ -191,12 +195,11 @@ class CrossChecker:
         self._schedule(final=True)
         with self._lock:
             pending = list(self._inflight.values())
-        for fut in pending:
-            try:
-                fut.result(timeout=timeout)
-            except TimeoutError:
+        deadline = time.monotonic() + timeout
+        for worker in pending:
+            worker.join(max(0.0, deadline - time.monotonic()))
+            if worker.is_alive():
                 log.info("cross-check: a spot check did not end within %.0f s", timeout)
-        self._pool.shutdown(wait=False, cancel_futures=True)
         wrote = {m for _s, _e, m in self._runs() if m in self.urls}
         with self._lock:
             res = self.result
@@ -205,9 +208,9 @@ class CrossChecker:
             return res
 
     def close(self) -> None:
-        """Stop without waiting (a failed download)."""
+        """Stop without waiting (a failed download); checks in flight end on their
+        own (daemon threads)."""
         self._stop.set()
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- one check -----------------------------------------------------------
     def _referees(self, mirror: str, exclude: set[str]) -> list[str]:
