@@ -160,3 +160,20 @@ def test_a_liar_found_while_the_download_runs_is_stopped_at_once(tmp_path, ftp_m
     # an even share would be a third; it was stopped well before
     assert 0 < liar.bytes < len(data) / 4, liar.bytes
     assert s.refetched_bytes == liar.bytes
+
+
+def test_an_http_mirror_with_another_copy_is_caught_and_its_bytes_replaced(
+    tmp_path, ftp_mirrors, http_mirror
+):
+    """An HTTP mirror whose file is another one of the same size (a stale copy),
+    among two FTP mirrors: spots over HTTP and FTP both ways, the HTTP one blamed."""
+    data = os.urandom(3 * 1024 * 1024)
+    good = ftp_mirrors({"s.bin": data}, 2)
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    (stale / "s.bin").write_bytes(os.urandom(len(data)))
+    urls = [http_mirror(stale) + "s.bin", *(g.url("s.bin") for g in good)]
+    s = download(mirrors=urls, output=tmp_path / "s.bin", config=FAST)
+    assert (tmp_path / "s.bin").read_bytes() == data
+    assert [m.url for m in s.mirrors if m.state == "corrupt"] == [urls[0]]
+    assert s.refetched_bytes == s.mirrors[0].bytes > 0
