@@ -17,7 +17,10 @@ So the referees asked first are the idle and the slowest mirrors that served byt
 
 A spot that differs is settled by a third mirror: the two that agree are right
 and the other one is blamed (the engine stops using it; the downloader fetches
-all its bytes again from a mirror that was not). With no third mirror, or three
+all its bytes again from a mirror that was not). Before that the writer is asked
+for the spot itself: when it now serves the referee's bytes, what is on disk was
+damaged here (a crash, then a resume), and its bytes are fetched again with
+nobody blamed. With no third mirror, or three
 different answers, the disagreement stays undecided and the file is not put in
 place. A spot is one small request on a connection of its own (16 KiB: a few
 round trips, no bandwidth to speak of).
@@ -58,6 +61,9 @@ class CrossCheckResult:
     blamed: dict[str, str] = field(default_factory=dict)  # mirror -> why
     undecided: list[str] = field(default_factory=list)  # disagreements nobody could settle
     unchecked: list[str] = field(default_factory=list)  # wrote bytes, no spot compared
+    # mirror -> a spot where the bytes kept here differ from what it and its referee
+    # serve now: damaged on this side, to fetch again without blame
+    damaged: dict[str, str] = field(default_factory=dict)
 
     @property
     def spots(self) -> int:
@@ -203,8 +209,8 @@ class CrossChecker:
         wrote = {m for _s, _e, m in self._runs() if m in self.urls}
         with self._lock:
             res = self.result
-            res.unchecked = sorted(m for m in wrote
-                                   if not res.agreed.get(m) and m not in res.blamed)
+            res.unchecked = sorted(m for m in wrote if not res.agreed.get(m)
+                                   and m not in res.blamed and m not in res.damaged)
             return res
 
     def close(self) -> None:
@@ -285,8 +291,22 @@ class CrossChecker:
                 self.result.agreed[mirror] = self.result.agreed.get(mirror, 0) + 1
             return
         tried.add(ref)
-        third = self._ask(mirror, s, e, tried)
         where = f"[{s}, {e})"
+        try:
+            own = self._fetch(mirror, s, e)
+        except (TransferError, OSError, ValueError) as exc:
+            log.info("cross-check: %s could not serve its own [%d, %d): %s", mirror, s, e, exc)
+            own = None
+        if own == theirs:
+            # It serves what the referee does: the bytes kept here were damaged on
+            # this side (a crash before they reached the disk, then a resume), not
+            # served wrong. Its bytes are fetched again; nobody is blamed.
+            self._say(f"cross-check: the bytes kept at {where} differ from what {mirror} "
+                      f"and {ref} serve; {mirror}'s bytes are fetched again")
+            with self._lock:
+                self.result.damaged.setdefault(mirror, where)
+            return
+        third = self._ask(mirror, s, e, tried)
         if third is not None and third[1] == theirs:
             self._blame(mirror, f"its bytes at {where} differ from what {third[0]} and "
                                 f"{ref} serve")

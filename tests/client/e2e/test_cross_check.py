@@ -177,3 +177,27 @@ def test_an_http_mirror_with_another_copy_is_caught_and_its_bytes_replaced(
     assert (tmp_path / "s.bin").read_bytes() == data
     assert [m.url for m in s.mirrors if m.state == "corrupt"] == [urls[0]]
     assert s.refetched_bytes == s.mirrors[0].bytes > 0
+
+
+def test_bytes_damaged_here_are_not_blamed_on_the_mirror(tmp_path, ftp_mirrors):
+    """What is on disk differs from the referee, but the mirror that wrote it serves
+    the referee's bytes now: the copy kept here was damaged (a crash, then a
+    resume), so nobody is blamed and the bytes are marked to be fetched again."""
+    data = os.urandom(1024 * 1024)
+    root = tmp_path / "shared"
+    root.mkdir()
+    good = ftp_mirrors({"k.bin": data}, 2, root=root)
+    part = PartFile(tmp_path / "k.part", len(data), reuse=False)
+    try:
+        part.pwrite(bytes(len(data)), 0)  # zeros where m0's bytes should be
+        blamed: list[str] = []
+        checker = CrossChecker(
+            {"m0": good[0].url("k.bin"), "m1": good[1].url("k.bin")},
+            lambda: [(0, len(data), "m0")], part, _opener,
+            on_blame=lambda m, _why: blamed.append(m), interval_s=0.05,
+        ).start()
+        res = checker.finish(timeout=10)
+    finally:
+        part.close()
+    assert not blamed and not res.blamed and not res.undecided
+    assert list(res.damaged) == ["m0"] and not res.unchecked
