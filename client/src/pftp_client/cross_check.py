@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pftp_client.integrity import differing_span
 from pftp_client.part_file import PartFile
@@ -371,3 +372,43 @@ def refetch_runs(
         else:
             raise TransferError(f"no mirror could serve [{s}, {e}) again")
     return fetched, differed
+
+
+def repair(
+    found: CrossCheckResult, result: Any, good: Sequence[str], part: PartFile,
+    events: list[Any], at_s: float, say: Callable[[str], None],
+    open_fetcher: Callable[[str], RangeFetcher],
+) -> int:
+    """After the run (``result``: engine.EngineResult): every byte a blamed mirror
+    wrote fetched again from the ``good`` URLs (refetch_runs), and the mirror marked
+    corrupt (state, events); the same for a mirror whose bytes were damaged here,
+    without blame. Returns the bytes fetched. Raises VerificationFailed when no good
+    mirror can serve them (the part file is kept)."""
+    from pftp_client.integrity import VerificationFailed
+    from pftp_client.summary import MirrorEvent
+
+    fetched = 0
+    damaged = [(n, "") for n in found.damaged if n not in found.blamed]
+    for name, why in [*found.blamed.items(), *damaged]:
+        runs = [(s, e) for s, e, m in result.owners if m == name]
+        try:
+            got, differed = refetch_runs(part, runs, good, open_fetcher)
+        except TransferError as exc:
+            what = f"served wrong bytes ({why})" if why else "wrote bytes damaged here"
+            raise VerificationFailed(
+                f"{name} {what}, and no other mirror could serve them again: {exc}; "
+                f"{part.path} kept, not renamed"
+            ) from exc
+        fetched += got
+        say(f"cross-check: the {got} bytes {name} wrote were fetched again; "
+            f"{differed} differed")
+        if not why:
+            continue  # damaged here, not served wrong
+        if not any(ev.kind == "corrupt" and ev.mirror == name for ev in events):
+            events.append(MirrorEvent("corrupt", name, at_s, why))
+        for st in result.mirrors:
+            if st.name == name:
+                if "corrupt" not in st.events:
+                    st.events.append("corrupt")
+                st.state = "corrupt"
+    return fetched

@@ -1182,9 +1182,13 @@ def _run_locked(
                     + f"; {part_p} kept, not renamed (give --sha256 to settle it)"
                 )
             if cc.blamed or cc.damaged:
+                from pftp_client.cross_check import repair
+
                 vetted = _comparing(default_open_fetcher, book)
-                refetched += _repair_blamed(
-                    cc.blamed, cc.damaged, result, plan, part, events, engine.elapsed(), say,
+                refetched += repair(
+                    cc, result, [m.url for m in [*plan.active, *plan.backups]
+                                 if m.name not in cc.blamed],
+                    part, events, engine.elapsed(), say,
                     lambda u: vetted(u, timeout=cfg.timeout, stall_timeout=cfg.stall_timeout),
                 )
                 from pftp_client.integrity import sha256_of_range
@@ -1322,45 +1326,6 @@ def _cross_checker(plan: Plan, part: Any, engine: Any, cfg: EngineConfig, book: 
         lambda u: vetted(u, timeout=cfg.timeout, stall_timeout=cfg.stall_timeout),
         on_blame=engine.blame, say=say, preference=preference,
     ).start()
-
-
-def _repair_blamed(
-    blamed: dict[str, str], damaged: dict[str, str], result: Any, plan: Plan, part: Any,
-    events: list[Any], at_s: float, say: Callable[[str], None],
-    opener: Callable[[str], RangeFetcher],
-) -> int:
-    """Every byte a mirror the spot checks blamed wrote, fetched again from the
-    others (cross_check.refetch_runs), and it marked corrupt; the same for a mirror
-    whose kept bytes were damaged here, without blame. Returns bytes fetched.
-    Raises VerificationFailed when no other mirror can serve them."""
-    from pftp_client.cross_check import refetch_runs
-    from pftp_client.integrity import VerificationFailed
-    from pftp_client.summary import MirrorEvent
-
-    good = [m.url for m in [*plan.active, *plan.backups] if m.name not in blamed]
-    fetched = 0
-    for name, why in [*blamed.items(), *((n, "") for n in damaged if n not in blamed)]:
-        runs = [(s, e) for s, e, m in result.owners if m == name]
-        try:
-            got, differed = refetch_runs(part, runs, good, opener)
-        except TransferError as exc:
-            raise VerificationFailed(
-                f"{name} served wrong bytes ({why}) and no other mirror could serve "
-                f"them again: {exc}; {part.path} kept, not renamed"
-            ) from exc
-        fetched += got
-        say(f"cross-check: the {got} bytes {name} wrote were fetched again; "
-            f"{differed} differed")
-        if not why:
-            continue  # damaged here, not served wrong
-        if not any(ev.kind == "corrupt" and ev.mirror == name for ev in events):
-            events.append(MirrorEvent("corrupt", name, at_s, why))
-        for st in result.mirrors:
-            if st.name == name:
-                if "corrupt" not in st.events:
-                    st.events.append("corrupt")
-                st.state = "corrupt"
-    return fetched
 
 
 def _on_this_host(url: str) -> bool:

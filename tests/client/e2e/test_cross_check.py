@@ -201,3 +201,33 @@ def test_bytes_damaged_here_are_not_blamed_on_the_mirror(tmp_path, ftp_mirrors):
         part.close()
     assert not blamed and not res.blamed and not res.undecided
     assert list(res.damaged) == ["m0"] and not res.unchecked
+
+
+def test_repair_fetches_blamed_and_damaged_bytes_and_blames_only_the_liar(
+    tmp_path, ftp_mirrors
+):
+    from types import SimpleNamespace
+
+    from pftp_client.cross_check import CrossCheckResult, repair
+    from pftp_client.summary import MirrorStats
+
+    data = os.urandom(600_000)
+    good = ftp_mirrors({"r.bin": data}, 1)[0].url("r.bin")
+    part = PartFile(tmp_path / "r.part", len(data), reuse=False)
+    stats = [MirrorStats(name=n, url=f"ftp://{n}/r.bin") for n in ("liar", "hurt", "ok")]
+    ran = SimpleNamespace(mirrors=stats, owners=[
+        (0, 200_000, "liar"), (200_000, 400_000, "hurt"), (400_000, 600_000, "ok")])
+    found = CrossCheckResult(blamed={"liar": "its bytes differ"}, damaged={"hurt": "[0, 1)"})
+    events: list = []
+    said: list[str] = []
+    try:
+        part.pwrite(bytes(400_000), 0)  # both wrong on disk
+        part.pwrite(data[400_000:], 400_000)
+        fetched = repair(found, ran, [good], part, events, 1.0, said.append, _opener)
+        assert part.pread(len(data), 0) == data
+    finally:
+        part.close()
+    assert fetched == 400_000
+    assert [(e.kind, e.mirror) for e in events] == [("corrupt", "liar")]
+    assert [(m.name, m.state) for m in stats if "corrupt" in m.events] == [("liar", "corrupt")]
+    assert len(said) == 2
