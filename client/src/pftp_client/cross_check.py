@@ -117,7 +117,9 @@ class CrossChecker:
     why)``: called once per mirror found serving wrong bytes, from a worker thread.
     ``open_fetcher(url)``: a fetcher on a connection of its own. ``preference()``:
     mirror -> how much asking it costs (its flow's current rate; 0 idle), for the
-    mirrors fit to referee; the others are asked after them."""
+    mirrors fit to referee; the others are asked after them. ``on_undecided(text)``:
+    two mirrors disagree and no other is left to settle it, so the download cannot
+    end well; called once, to stop it now rather than at its end."""
 
     def __init__(
         self,
@@ -129,6 +131,7 @@ class CrossChecker:
         on_blame: Callable[[str, str], None] = lambda _m, _why: None,
         say: Callable[[str], None] = lambda _t: None,
         preference: Callable[[], dict[str, float]] | None = None,
+        on_undecided: Callable[[str], None] | None = None,
         spot_bytes: int = SPOT_BYTES,
         first_bytes: int = FIRST_CHECK_BYTES,
         interval_s: float = 0.25,
@@ -141,6 +144,7 @@ class CrossChecker:
         self._on_blame = on_blame
         self._say = say
         self._preference = preference
+        self._on_undecided = on_undecided
         self.spot_bytes = spot_bytes
         self.first_bytes = first_bytes
         self.interval_s = interval_s
@@ -319,9 +323,14 @@ class CrossChecker:
         else:
             who = f"{mirror}, {ref} and {third[0]}" if third else f"{mirror} and {ref}"
             text = f"{who} serve different bytes at {where}"
-            self._say(f"cross-check: {text}, and no other mirror can tell which is right")
             with self._lock:
+                first = not self.result.undecided
                 self.result.undecided.append(text)
+                hopeless = len(set(self.urls) - set(self.result.blamed)) <= 2
+            if first:
+                self._say(f"cross-check: {text}, and no other mirror can tell which is right")
+                if hopeless and self._on_undecided is not None:
+                    self._on_undecided(text)
 
     def _blame(self, mirror: str, why: str) -> None:
         with self._lock:

@@ -1176,11 +1176,7 @@ def _run_locked(
             checker = None
             cross_spots = cc.spots
             if cc.undecided:
-                control_file.remove(ctl)
-                raise VerificationFailed(
-                    "no SHA-256 known to tell which copy is right: " + "; ".join(cc.undecided)
-                    + f"; {part_p} kept, not renamed (give --sha256 to settle it)"
-                )
+                raise _undecided(cc.undecided[0], part_p)
             if cc.blamed or cc.damaged:
                 from pftp_client.cross_check import repair
 
@@ -1325,7 +1321,21 @@ def _cross_checker(plan: Plan, part: Any, engine: Any, cfg: EngineConfig, book: 
         referees, engine.written_runs, part,
         lambda u: vetted(u, timeout=cfg.timeout, stall_timeout=cfg.stall_timeout),
         on_blame=engine.blame, say=say, preference=preference,
+        # (two mirrors that disagree: the download cannot end well, stop it now)
+        on_undecided=lambda text: engine.abort(_undecided(text, part.path)),
     ).start()
+
+
+def _undecided(text: str, part_p: Path) -> Exception:
+    """The error for mirrors that disagree with no SHA-256 to settle it. The control
+    file stays: the same command with --sha256 resumes, checks the kept bytes
+    against it and repairs the ranges of the mirror that served wrong ones."""
+    from pftp_client.integrity import VerificationFailed
+
+    return VerificationFailed(
+        f"no SHA-256 known to tell which copy is right: {text}; {part_p} kept, not "
+        "renamed (run the same command with --sha256 to settle it)"
+    )
 
 
 def _on_this_host(url: str) -> bool:

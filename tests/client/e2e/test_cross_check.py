@@ -66,11 +66,18 @@ def test_two_mirrors_that_disagree_never_make_a_file(tmp_path, ftp_mirrors):
     good = ftp_mirrors({"d.bin": data}, 1, root=root)
     bad = ftp_mirrors({}, 1, corrupt={0: [(0, len(data))]}, root=root)
     target = tmp_path / "d.bin"
+    urls = [good[0].url("d.bin"), bad[0].url("d.bin")]
     with pytest.raises(VerificationFailed, match="no SHA-256 known to tell which copy"):
-        download(mirrors=[good[0].url("d.bin"), bad[0].url("d.bin")], output=target,
-                 config=FAST)
+        download(mirrors=urls, output=target, config=FAST)
     assert not target.exists()
     assert part_path(target).exists()  # kept for inspection
+    # the same download with the file's hash resumes, finds the liar and repairs
+    import hashlib
+
+    s = download(mirrors=urls, output=target, config=FAST,
+                 sha256=hashlib.sha256(data).hexdigest())
+    assert target.read_bytes() == data and s.sha256_verified
+    assert [e.mirror for e in s.events if e.kind == "corrupt"] == [urls[1].rsplit("/", 1)[0]]
 
 
 def test_honest_mirrors_vouch_for_each_other_and_the_check_can_be_turned_off(
@@ -231,3 +238,22 @@ def test_repair_fetches_blamed_and_damaged_bytes_and_blames_only_the_liar(
     assert [(e.kind, e.mirror) for e in events] == [("corrupt", "liar")]
     assert [(m.name, m.state) for m in stats if "corrupt" in m.events] == [("liar", "corrupt")]
     assert len(said) == 2
+
+
+def test_two_mirrors_that_disagree_stop_the_download_before_its_end(tmp_path, ftp_mirrors):
+    """No third mirror can settle it, so the download cannot end well: it stops at
+    the first disagreement instead of fetching the rest, and keeps what it has for a
+    run with --sha256."""
+    from pftp_client.control_file import ctl_path, load
+
+    data = os.urandom(12 * 1024 * 1024)
+    root = tmp_path / "shared"
+    root.mkdir()
+    good = ftp_mirrors({"t.bin": data}, 1, root=root, throttle={0: 1_000_000})
+    bad = ftp_mirrors({}, 1, corrupt={0: [(0, len(data))]}, root=root, throttle={0: 1_000_000})
+    target = tmp_path / "t.bin"
+    with pytest.raises(VerificationFailed, match="with --sha256 to settle it"):
+        download(mirrors=[good[0].url("t.bin"), bad[0].url("t.bin")], output=target,
+                 config=FAST)
+    kept = load(ctl_path(target))
+    assert kept is not None and 0 < kept.done.total() < len(data) / 2
