@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pftp_client.integrity import differing_span
+from pftp_client.integrity import compare_run
 from pftp_client.part_file import PartFile
 from pftp_client.transports.base import RangeEnd, TransferError, shown
 from pftp_client.transports.fetcher import RangeFetcher
@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 SPOT_BYTES = 16 * 1024
 FIRST_CHECK_BYTES = 1024 * 1024
 GROWTH = 4  # next spot once a mirror's bytes grew this many times
+_ASK_ROUNDS = 3
+_ASK_WAIT_S = 0.2
 
 Run = tuple[int, int, str]
 
@@ -140,7 +142,7 @@ class CrossChecker:
         self.urls = dict(urls)
         self._runs = runs
         self._part = part
-        self._open = open_fetcher
+        self.open_fetcher = open_fetcher
         self._on_blame = on_blame
         self._say = say
         self._preference = preference
@@ -251,7 +253,7 @@ class CrossChecker:
             buf[offset - s: offset - s + len(data)] = data
             got[0] = max(got[0], offset - s + len(data))
 
-        fetcher = self._open(self.urls[mirror])
+        fetcher = self.open_fetcher(self.urls[mirror])
         try:
             fetcher.fetch(s, RangeEnd(e), sink, threading.Event())
         finally:
@@ -261,13 +263,18 @@ class CrossChecker:
         return bytes(buf)
 
     def _ask(self, mirror: str, s: int, e: int, exclude: set[str]) -> tuple[str, bytes] | None:
-        """The first referee that serves [s, e), and its bytes."""
-        for ref in self._referees(mirror, exclude):
-            try:
-                return ref, self._fetch(ref, s, e)
-            except (TransferError, OSError, ValueError) as exc:
-                log.info("cross-check: %s could not serve [%d, %d): %s", ref, s, e, exc)
-                exclude.add(ref)
+        """The first referee not in ``exclude`` that serves [s, e), and its bytes.
+        Those that fail are asked again, up to _ASK_ROUNDS rounds: a refused or
+        reset data connection may work a moment later, and a spot left unchecked or
+        a disagreement left unsettled costs more than the wait."""
+        for round_ in range(_ASK_ROUNDS):
+            if round_:
+                time.sleep(_ASK_WAIT_S)
+            for ref in self._referees(mirror, exclude):
+                try:
+                    return ref, self._fetch(ref, s, e)
+                except (TransferError, OSError, ValueError) as exc:
+                    log.info("cross-check: %s could not serve [%d, %d): %s", ref, s, e, exc)
         return None
 
     def _check(self, mirror: str, spot: tuple[int, int]) -> None:
@@ -284,18 +291,25 @@ class CrossChecker:
         if self._owner(s, e) != mirror:
             return  # rewritten since it was picked: the next round picks again
         tried: set[str] = set()
-        first = self._ask(mirror, s, e, tried)
-        if first is None:
-            return  # nobody to compare with (yet): unchecked unless a later spot is
-        ref, theirs = first
-        mine = self._part.pread(e - s, s)
-        if self._owner(s, e) != mirror:
-            return
-        if mine == theirs:
+        while True:
+            first = self._ask(mirror, s, e, tried)
+            if first is None:
+                return  # nobody to compare with (yet): unchecked unless a later spot is
+            ref, theirs = first
+            mine = self._part.pread(e - s, s)
+            if self._owner(s, e) != mirror:
+                return
+            if mine == theirs:
+                with self._lock:
+                    self.result.agreed[mirror] = self.result.agreed.get(mirror, 0) + 1
+                return
+            tried.add(ref)
             with self._lock:
-                self.result.agreed[mirror] = self.result.agreed.get(mirror, 0) + 1
-            return
-        tried.add(ref)
+                if mirror in self.result.blamed:
+                    return  # found lying meanwhile: its bytes are fetched again anyway
+                if ref not in self.result.blamed:
+                    break
+            # (the referee was found lying meanwhile, by another check: ask another)
         where = f"[{s}, {e})"
         try:
             own = self._fetch(mirror, s, e)
@@ -320,7 +334,7 @@ class CrossChecker:
                              f"{third[0]}")
             with self._lock:
                 self.result.agreed[mirror] = self.result.agreed.get(mirror, 0) + 1
-        else:
+        elif not self._explained(mirror, ref):
             who = f"{mirror}, {ref} and {third[0]}" if third else f"{mirror} and {ref}"
             text = f"{who} serve different bytes at {where}"
             with self._lock:
@@ -331,6 +345,12 @@ class CrossChecker:
                 self._say(f"cross-check: {text}, and no other mirror can tell which is right")
                 if hopeless and self._on_undecided is not None:
                     self._on_undecided(text)
+
+    def _explained(self, mirror: str, ref: str) -> bool:
+        """One of the two that disagree was found lying meanwhile (by another check):
+        that explains the difference, and the liar's bytes are fetched again anyway."""
+        with self._lock:
+            return mirror in self.result.blamed or ref in self.result.blamed
 
     def _blame(self, mirror: str, why: str) -> None:
         with self._lock:
@@ -347,37 +367,27 @@ def refetch_runs(
     referees: Sequence[str],
     open_fetcher: Callable[[str], RangeFetcher],
 ) -> tuple[int, int]:
-    """Fetch ``runs`` again from the first of ``referees`` that serves them and
-    write what differs over the part file: (bytes fetched, bytes that differed).
-    Raises TransferError when no referee could serve a run."""
+    """Fetch ``runs`` again from the first of ``referees`` that serves each and
+    write what differs over the part file (integrity's compare-and-keep, with the
+    part file as its own side file): (bytes fetched, bytes that differed). Raises
+    TransferError when no referee could serve a run."""
     fetched = differed = 0
     for s, e in runs:
         for ref in referees:
-            pos = [s]
-            changed = [0]
-
-            def sink(offset: int, data: memoryview, _arrival_ns: int,
-                     _pos: list[int] = pos, _changed: list[int] = changed) -> None:
-                mine = part.pread(len(data), offset)
-                if mine != data:
-                    i, j = differing_span(mine, data)
-                    part.pwrite(data[i:j], offset + i)
-                    _changed[0] += j - i
-                _pos[0] = offset + len(data)
-
+            spans: list[tuple[int, int]] = []
             try:
                 fetcher = open_fetcher(ref)
                 try:
-                    fetcher.fetch(s, RangeEnd(e), sink, threading.Event())
+                    fetched += compare_run(part, part, fetcher, s, e, spans)
                 finally:
                     fetcher.close()
             except (TransferError, OSError, ValueError) as exc:
+                # (what it fixed before failing stays fixed; the next one goes over it)
                 log.info("cross-check: %s could not serve [%d, %d) again: %s", ref, s, e, exc)
-            fetched += pos[0] - s
-            differed += changed[0]
-            if pos[0] >= e:
-                break
-            s = pos[0]  # (the next referee goes on from there)
+                continue
+            finally:
+                differed += sum(j - i for i, j in spans)
+            break
         else:
             raise TransferError(f"no mirror could serve [{s}, {e}) again")
     return fetched, differed

@@ -30,6 +30,7 @@ from pftp_client.transports.base import (
     RangeFetcher,
     Refusal,
     TransferError,
+    Vet,
     reason,
     redacted,
     shown,
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     from pftp_client.engine import EngineConfig
     from pftp_client.flow_observer import DetectorFactory
     from pftp_client.summary import DownloadSummary, MirrorStats
-    from pftp_client.validators import ValidatorBook
 
 log = logging.getLogger("pftp_client")
 
@@ -850,32 +850,18 @@ def _cached_opener(
 
 
 def _vetted(
-    open_fetcher: Callable[..., RangeFetcher], book: ValidatorBook
+    open_fetcher: Callable[..., RangeFetcher], vet: Vet
 ) -> Callable[..., RangeFetcher]:
-    """Fetchers that tell ``book`` their file's version before their first byte."""
+    """Fetchers that tell ``vet`` their file's version before their first byte (the
+    flows: ValidatorBook.vet; cross_check.py's spots and repairs: same_copy)."""
 
     def opener(url: str, **kw: Any) -> RangeFetcher:
         f = open_fetcher(url, **kw)
         if hasattr(f, "vet"):
-            f.vet = book.vet  # type: ignore[attr-defined]
+            f.vet = vet  # type: ignore[attr-defined]
         return f
 
     opener.takes_at = getattr(open_fetcher, "takes_at", False)  # type: ignore[attr-defined]
-    return opener
-
-
-def _comparing(
-    open_fetcher: Callable[..., RangeFetcher], book: ValidatorBook
-) -> Callable[..., RangeFetcher]:
-    """Fetchers that refuse a copy other than the one the flows saw, without
-    recording theirs (cross_check.py's spots and repairs)."""
-
-    def opener(url: str, **kw: Any) -> RangeFetcher:
-        f = open_fetcher(url, **kw)
-        if hasattr(f, "vet"):
-            f.vet = book.same_copy  # type: ignore[attr-defined]
-        return f
-
     return opener
 
 
@@ -1027,7 +1013,7 @@ def _run_locked(
         # (with a SHA-256 the kept bytes are checked anyway, at the end)
         sample=_sampler(part, done, cfg) if resumed and not ident.sha256 else None,
     )
-    open_fetcher = _vetted(open_fetcher, book)
+    open_fetcher = _vetted(open_fetcher, book.vet)
     state = ControlState(
         ident.name, ident.size, ident.sha256, piece_size, urls, done, owners.runs(),
         book.snapshot(),
@@ -1173,19 +1159,16 @@ def _run_locked(
         cross_spots = 0
         if checker is not None:
             cc = checker.finish(timeout=cfg.timeout)
-            checker = None
             cross_spots = cc.spots
             if cc.undecided:
                 raise _undecided(cc.undecided[0], part_p)
             if cc.blamed or cc.damaged:
                 from pftp_client.cross_check import repair
 
-                vetted = _comparing(default_open_fetcher, book)
                 refetched += repair(
                     cc, result, [m.url for m in [*plan.active, *plan.backups]
                                  if m.name not in cc.blamed],
-                    part, events, engine.elapsed(), say,
-                    lambda u: vetted(u, timeout=cfg.timeout, stall_timeout=cfg.stall_timeout),
+                    part, events, engine.elapsed(), say, checker.open_fetcher,
                 )
                 from pftp_client.integrity import sha256_of_range
 
@@ -1309,7 +1292,7 @@ def _cross_checker(plan: Plan, part: Any, engine: Any, cfg: EngineConfig, book: 
         return None
     from pftp_client.cross_check import CrossChecker
 
-    vetted = _comparing(default_open_fetcher, book)
+    vetted = _vetted(default_open_fetcher, book.same_copy)
 
     def preference() -> dict[str, float]:
         # mirrors that served bytes and still work, idle or slowest first

@@ -165,7 +165,7 @@ class CulpritSearch:
 OpenFetcher = Callable[[str], RangeFetcher]
 
 
-def differing_span(a: bytes, b: memoryview) -> tuple[int, int]:
+def _differing_span(a: bytes, b: memoryview) -> tuple[int, int]:
     """[i, j): from the first to past the last byte where ``a`` and ``b`` (same
     length, not equal) differ; bisection over slice comparisons (C speed)."""
     lo, hi = 0, len(a)  # a[:lo] == b[:lo]; a[:hi] != b[:hi]
@@ -186,7 +186,7 @@ def differing_span(a: bytes, b: memoryview) -> tuple[int, int]:
     return first, len(a) - lo
 
 
-def _compare_run(
+def compare_run(
     part: PartFile,
     alt: PartFile,
     fetcher: RangeFetcher,
@@ -195,14 +195,16 @@ def _compare_run(
     mismatches: list[tuple[int, int]],
 ) -> int:
     """Stream [start, end) from ``fetcher``; where it differs from the part file,
-    keep the referee's bytes in the alt file and record the range."""
+    keep the referee's bytes in the alt file and record the range (``alt`` may be
+    the part file itself: the referee's bytes then replace the differing ones,
+    cross_check.refetch_runs). Returns the bytes compared."""
     state = {"pos": start}
 
     def sink(offset: int, data: memoryview, _arrival_ns: int) -> None:
         mine = part.pread(len(data), offset)
         if mine != data:
             # only the span that differs: exact counts, and _serves_now looks there
-            i, j = differing_span(mine, data)
+            i, j = _differing_span(mine, data)
             alt.pwrite(data[i:j], offset + i)
             if mismatches and mismatches[-1][1] == offset + i:
                 mismatches[-1] = (mismatches[-1][0], offset + j)
@@ -322,7 +324,7 @@ def find_culprits_and_repair(
                     try:
                         if ref not in fetchers:
                             fetchers[ref] = open_fetcher(urls[ref])
-                        result.refetched_bytes += _compare_run(
+                        result.refetched_bytes += compare_run(
                             part, alt, fetchers[ref], start, end, mism
                         )
                         break

@@ -196,6 +196,27 @@ def ftp_mirrors(tmp_path: Path) -> Iterator[Callable[..., list[FtpMirror]]]:
             loop.stop()
 
 
+@pytest.fixture
+def mirrors_with_a_liar(
+    tmp_path: Path, ftp_mirrors: Callable[..., list[FtpMirror]]
+) -> Callable[..., tuple[list[str], str]]:
+    """start(name, data, honest, rate=None) -> (honest URLs, liar URL): FTP mirrors
+    of one root, the liar serving every byte inverted (another copy of the same
+    size); ``rate``: bytes/s per connection for all of them."""
+
+    def start(name: str, data: bytes, honest: int, rate: int | None = None
+              ) -> tuple[list[str], str]:
+        root = tmp_path / f"shared-{name}"
+        root.mkdir()
+        limit = None if rate is None else dict.fromkeys(range(honest), rate)
+        good = ftp_mirrors({name: data}, honest, root=root, throttle=limit)
+        bad = ftp_mirrors({}, 1, corrupt={0: [(0, len(data))]}, root=root,
+                          throttle=None if rate is None else {0: rate})
+        return [g.url(name) for g in good], bad[0].url(name)
+
+    return start
+
+
 class _RangeHandler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     root: Path

@@ -82,16 +82,15 @@ def test_a_bad_max_connections_is_a_usage_error(tmp_path, value):
     _usage_error(r, "--max-connections")
 
 
-def test_two_mirrors_that_disagree_exit_3_unless_the_cross_check_is_off(tmp_path, ftp_mirrors):
+def test_two_mirrors_that_disagree_exit_3_unless_the_cross_check_is_off(
+    tmp_path, mirrors_with_a_liar
+):
     """No SHA-256 given and two mirrors with other bytes: pftp cannot tell which copy
     is right, so it puts none in place (exit 3); --no-cross-check (or the config
     file's cross_check = false) takes what the mirrors sent, as before."""
     data = os.urandom(1_500_000)
-    root = tmp_path / "shared"
-    root.mkdir()
-    good = ftp_mirrors({"x.bin": data}, 1, root=root)[0]
-    bad = ftp_mirrors({}, 1, corrupt={0: [(0, len(data))]}, root=root)[0]
-    args = ["get", "--mirror", good.url("x.bin"), "--mirror", bad.url("x.bin"), "--json"]
+    (good,), bad = mirrors_with_a_liar("x.bin", data, 1)
+    args = ["get", "--mirror", good, "--mirror", bad, "--json"]
     r = _run(tmp_path, *args, "-o", str(tmp_path / "a.bin"))
     assert r.returncode == 3, r.stderr
     assert "no SHA-256 known to tell which copy is right" in r.stderr

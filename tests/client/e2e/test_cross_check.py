@@ -38,13 +38,10 @@ def test_runs_minus_and_spots_stay_inside_runs():
     assert pick_spot([], 10, rng) is None
 
 
-def test_a_mirror_serving_other_bytes_is_caught_without_a_hash(tmp_path, ftp_mirrors):
+def test_a_mirror_serving_other_bytes_is_caught_without_a_hash(tmp_path, mirrors_with_a_liar):
     data = os.urandom(3 * 1024 * 1024 + 11)
-    root = tmp_path / "shared"
-    root.mkdir()
-    good = ftp_mirrors({"c.bin": data}, 2, root=root)
-    bad = ftp_mirrors({}, 1, corrupt={0: [(0, len(data))]}, root=root)
-    urls = [bad[0].url("c.bin")] + [g.url("c.bin") for g in good]
+    good, bad = mirrors_with_a_liar("c.bin", data, 2)
+    urls = [bad, *good]
     target = tmp_path / "c.bin"
     s = download(mirrors=urls, output=target, config=FAST)
     assert target.read_bytes() == data
@@ -59,14 +56,11 @@ def test_a_mirror_serving_other_bytes_is_caught_without_a_hash(tmp_path, ftp_mir
     assert s.cross_checked_spots >= 2
 
 
-def test_two_mirrors_that_disagree_never_make_a_file(tmp_path, ftp_mirrors):
+def test_two_mirrors_that_disagree_never_make_a_file(tmp_path, mirrors_with_a_liar):
     data = os.urandom(2 * 1024 * 1024 + 3)
-    root = tmp_path / "shared"
-    root.mkdir()
-    good = ftp_mirrors({"d.bin": data}, 1, root=root)
-    bad = ftp_mirrors({}, 1, corrupt={0: [(0, len(data))]}, root=root)
+    good, bad = mirrors_with_a_liar("d.bin", data, 1)
     target = tmp_path / "d.bin"
-    urls = [good[0].url("d.bin"), bad[0].url("d.bin")]
+    urls = [*good, bad]
     with pytest.raises(VerificationFailed, match="no SHA-256 known to tell which copy"):
         download(mirrors=urls, output=target, config=FAST)
     assert not target.exists()
@@ -102,22 +96,18 @@ def test_honest_mirrors_vouch_for_each_other_and_the_check_can_be_turned_off(
     assert s.sha256_verified and s.cross_checked_spots == 0
 
 
-def test_a_lying_referee_is_outvoted_by_a_third_mirror(tmp_path, ftp_mirrors):
+def test_a_lying_referee_is_outvoted_by_a_third_mirror(tmp_path, mirrors_with_a_liar):
     """The bytes on disk are right; the first mirror asked serves others: the third
     mirror agrees with the disk, so the referee is the one blamed."""
     data = os.urandom(1024 * 1024)
-    root = tmp_path / "shared"
-    root.mkdir()
-    good = ftp_mirrors({"f.bin": data}, 2, root=root)
-    bad = ftp_mirrors({}, 1, corrupt={0: [(0, len(data))]}, root=root)
+    good, bad = mirrors_with_a_liar("f.bin", data, 2)
     part = PartFile(tmp_path / "f.part", len(data), reuse=False)
     try:
         part.pwrite(data, 0)
         blamed: list[str] = []
         # (no bytes served yet by the others: referees are asked in this order)
         checker = CrossChecker(
-            {"liar": bad[0].url("f.bin"), "m0": good[0].url("f.bin"),
-             "m1": good[1].url("f.bin")},
+            {"liar": bad, "m0": good[0], "m1": good[1]},
             lambda: [(0, len(data), "m0")], part, _opener,
             on_blame=lambda m, _why: blamed.append(m), interval_s=0.05,
         ).start()
@@ -147,17 +137,15 @@ def test_refetch_runs_repairs_from_the_next_mirror_when_one_fails(
         part.close()
 
 
-def test_a_liar_found_while_the_download_runs_is_stopped_at_once(tmp_path, ftp_mirrors):
+def test_a_liar_found_while_the_download_runs_is_stopped_at_once(
+    tmp_path, mirrors_with_a_liar
+):
     """Three mirrors at 1 MB/s, one serving other bytes: the first spots catch it
     within the first second, its flow is stopped (as a bad piece stops one) and the
     others take its share; only what it wrote by then is fetched again."""
     data = os.urandom(12 * 1024 * 1024)
-    root = tmp_path / "shared"
-    root.mkdir()
-    rate = {0: 1_000_000, 1: 1_000_000}
-    good = ftp_mirrors({"h.bin": data}, 2, root=root, throttle=rate)
-    bad = ftp_mirrors({}, 1, corrupt={0: [(0, len(data))]}, root=root, throttle={0: 1_000_000})
-    urls = [bad[0].url("h.bin")] + [g.url("h.bin") for g in good]
+    good, bad = mirrors_with_a_liar("h.bin", data, 2, rate=1_000_000)
+    urls = [bad, *good]
     s = download(mirrors=urls, output=tmp_path / "h.bin", config=FAST)
     assert (tmp_path / "h.bin").read_bytes() == data
     liar = s.mirrors[0]
@@ -240,20 +228,18 @@ def test_repair_fetches_blamed_and_damaged_bytes_and_blames_only_the_liar(
     assert len(said) == 2
 
 
-def test_two_mirrors_that_disagree_stop_the_download_before_its_end(tmp_path, ftp_mirrors):
+def test_two_mirrors_that_disagree_stop_the_download_before_its_end(
+    tmp_path, mirrors_with_a_liar
+):
     """No third mirror can settle it, so the download cannot end well: it stops at
     the first disagreement instead of fetching the rest, and keeps what it has for a
     run with --sha256."""
     from pftp_client.control_file import ctl_path, load
 
     data = os.urandom(12 * 1024 * 1024)
-    root = tmp_path / "shared"
-    root.mkdir()
-    good = ftp_mirrors({"t.bin": data}, 1, root=root, throttle={0: 1_000_000})
-    bad = ftp_mirrors({}, 1, corrupt={0: [(0, len(data))]}, root=root, throttle={0: 1_000_000})
+    good, bad = mirrors_with_a_liar("t.bin", data, 1, rate=1_000_000)
     target = tmp_path / "t.bin"
     with pytest.raises(VerificationFailed, match="with --sha256 to settle it"):
-        download(mirrors=[good[0].url("t.bin"), bad[0].url("t.bin")], output=target,
-                 config=FAST)
+        download(mirrors=[*good, bad], output=target, config=FAST)
     kept = load(ctl_path(target))
     assert kept is not None and 0 < kept.done.total() < len(data) / 2
