@@ -57,4 +57,6 @@ def test_a_mirror_with_another_copy_is_found_and_its_bytes_replaced(tmp_path: Pa
     # stopped at its first spot or so (1 MiB, then a few round trips), well before
     # its third of the file
     assert liar["bytes"] < SIZE / 4
+    # its bytes went back to the other flows while they ran, not to a repair after
+    assert sum(m["bytes"] for u, m in by_url.items() if u != liar["url"]) == SIZE
     assert summary["cross_checked_spots"] >= 2 and not summary["sha256_verified"]

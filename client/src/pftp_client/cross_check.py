@@ -16,8 +16,9 @@ So the referees asked first are the idle and the slowest mirrors that served byt
 (``preference``), and the spots are few (4 mirrors, 45 MiB: about 8).
 
 A spot that differs is settled by a third mirror: the two that agree are right
-and the other one is blamed (the engine stops using it; the downloader fetches
-all its bytes again from a mirror that was not). Before that the writer is asked
+and the other one is blamed (the engine stops using it and hands all its bytes
+back to the other flows, which fetch them again alongside their own work; blamed
+once the transfers ended, the downloader fetches them again). Before that the writer is asked
 for the spot itself: when it now serves the referee's bytes, what is on disk was
 damaged here (a crash, then a resume), and its bytes are fetched again with
 nobody blamed. With no third mirror, or three
@@ -130,7 +131,7 @@ class CrossChecker:
         part: PartFile,
         open_fetcher: Callable[[str], RangeFetcher],
         *,
-        on_blame: Callable[[str, str], None] = lambda _m, _why: None,
+        on_blame: Callable[[str, str], object] = lambda _m, _why: None,
         say: Callable[[str], None] = lambda _t: None,
         preference: Callable[[], dict[str, float]] | None = None,
         on_undecided: Callable[[str], None] | None = None,
@@ -399,7 +400,10 @@ def repair(
     open_fetcher: Callable[[str], RangeFetcher],
 ) -> int:
     """After the run (``result``: engine.EngineResult): every byte a blamed mirror
-    wrote fetched again from the ``good`` URLs (refetch_runs), and the mirror marked
+    still owns (one blamed mid-run had its bytes handed back to the engine, which
+    fetched them again: none, or a few written in the instant of its blame; one
+    blamed by the final spots: all) fetched again from the ``good`` URLs
+    (refetch_runs), and the mirror marked
     corrupt (state, events); the same for a mirror whose bytes were damaged here,
     without blame. Returns the bytes fetched. Raises VerificationFailed when no good
     mirror can serve them (the part file is kept)."""
@@ -419,8 +423,9 @@ def repair(
                 f"{part.path} kept, not renamed"
             ) from exc
         fetched += got
-        say(f"cross-check: the {got} bytes {name} wrote were fetched again; "
-            f"{differed} differed")
+        if runs:  # (a mirror blamed mid-run has had its bytes fetched again already)
+            say(f"cross-check: the {got} bytes {name} wrote were fetched again; "
+                f"{differed} differed")
         if not why:
             continue  # damaged here, not served wrong
         if not any(ev.kind == "corrupt" and ev.mirror == name for ev in events):

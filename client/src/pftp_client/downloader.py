@@ -1300,10 +1300,16 @@ def _cross_checker(plan: Plan, part: Any, engine: Any, cfg: EngineConfig, book: 
         return {st.name: rates.get(st.name) or 0.0 for st in engine.snapshot()[1]
                 if st.bytes and st.state not in ("failed", "corrupt")}
 
+    def blame(mirror: str, why: str) -> None:
+        handed = engine.blame(mirror, why)
+        if handed:
+            say(f"cross-check: the {handed} bytes {mirror} wrote go back to the other "
+                "mirrors, to fetch again")
+
     return CrossChecker(
         referees, engine.written_runs, part,
         lambda u: vetted(u, timeout=cfg.timeout, stall_timeout=cfg.stall_timeout),
-        on_blame=engine.blame, say=say, preference=preference,
+        on_blame=blame, say=say, preference=preference,
         # (two mirrors that disagree: the download cannot end well, stop it now)
         on_undecided=lambda text: engine.abort(_undecided(text, part.path)),
     ).start()

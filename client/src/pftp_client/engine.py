@@ -264,12 +264,17 @@ class EngineConfig:
     stream_gain: float = 1.25
     stream_judge_s: float = 0.75
     stream_judge_rtts: float = 6.0
-    # The early look (streams.paused_share): stream_early_s after a mirror's first
-    # connection's first data, read from stream_early_skip_s on, a connection
-    # paused at least stream_early_share of that time between even bursts gets
-    # every connection it may have (a per-connection limit, seen before the first
+    # The early look (streams.paused_share): from stream_early_first_s after a
+    # mirror's first connection's first data, every stream_early_every_s until
+    # stream_early_s, read from stream_early_skip_s on, a connection paused at
+    # least stream_early_share of that time between even bursts gets every
+    # connection it may have (a per-connection limit, seen before the first
     # monitor round: lab, vsftpd and pure-ftpd at 1.25 MB/s behind 40 Mbit/s,
-    # 92-97 %; link-limited starts at most 71 % with even bursts).
+    # 92-97 %; link-limited starts at most 71 % with even bursts). Looked at
+    # again until the evidence is there: each look's wait costs the mirror its
+    # other connections' rate.
+    stream_early_first_s: float = 0.5
+    stream_early_every_s: float = 0.05
     stream_early_s: float = 0.5
     stream_early_skip_s: float = 0.1
     stream_early_share: float = 0.85
@@ -367,6 +372,7 @@ class Flow:
     round_from: float | None = None  # when its last monitor round began
     round_before: float | None = None  # ... and the one before it
     early_looked: bool = False  # its first half second was read (_early_look)
+    early_next: float | None = None  # when _early_look reads it again
     after_parent: bool = False  # an advised connection: opens after its mirror's first
 
     def rate_estimate(self, now: float) -> float | None:
@@ -495,6 +501,7 @@ class DownloadEngine:
         self.observers: list[FlowObserver] = [self.timings, *observers]
         self.duplicate_bytes = 0
         self.refetched_bytes = 0
+        self._unwritten: set[str] = set()  # mirrors whose bytes went back to the work
         self.duplicate_budget_left = int(self.size * self.cfg.duplicate_budget)
         self._lane_ids = itertools.count(1)
         self._finished = False
@@ -682,14 +689,38 @@ class DownloadEngine:
         with self._lock:
             return self.owners.runs()
 
-    def blame(self, mirror: str, why: str) -> None:
+    def blame(self, mirror: str, why: str) -> int:
         """A mirror was found serving wrong bytes by a check outside the engine
-        (cross_check.py): stop using it, as a failed piece hash does; its bytes
-        already written are the caller's to repair. After the run: nothing (no
-        flow to stop, and no backup may start)."""
+        (cross_check.py): stop using it, as a failed piece hash does, and hand every
+        byte it wrote back to the work, for the other flows to fetch again alongside
+        theirs (counted in refetched_bytes). Returns how many. After the run:
+        nothing (no flow to stop, no backup may start); bytes it still owns then
+        (written in the instant of its blame) are the caller's to repair."""
         with self._lock:
-            if not (self._finished or self._abort is not None):
-                self._blame(mirror, why)
+            if self._finished or self._abort is not None:
+                return 0
+            self._blame(mirror, why)
+            return self._unwrite(mirror)
+
+    def _unwrite(self, mirror: str) -> int:
+        """Lock held: the bytes ``mirror`` wrote are no longer done; they go to the
+        pool (the flows that run out of work take them, as a failed flow's rest).
+        The next checkpoint drops them from the control file, so a resume does not
+        keep them either. The prefix hasher may have read them already: the caller
+        hashes the file again (downloader, after a blame)."""
+        self._unwritten.add(mirror)
+        runs = [(s, e) for s, e, m in self.owners.runs() if m == mirror]
+        for s, e in runs:
+            self.done.remove(s, e)
+            self.committed.remove(s, e)
+            self.pool.add(s, e)
+        n = sum(e - s for s, e in runs)
+        if n:
+            self.refetched_bytes += n
+            self._prefix_dirty = True
+            self._log(f"{mirror}: its {n} bytes go back to the work, to fetch again")
+            self._lock.notify_all()
+        return n
 
     def drop_flows(self, flow_ids: Iterable[str], reason: str = "congested") -> list[str]:
         """Paper 001 Shared-Con-Algo lines 16-21: close these connections and open
@@ -1522,14 +1553,15 @@ class DownloadEngine:
         """Lock held: when the next mirror's first connection is due its early look."""
         if self.cfg.max_streams <= 1 or self.cfg.stream_early_share >= 1.0:
             return None
-        due = [f.first_data + self._early_look_after(f) for f in self.flows.values()
+        due = [f.early_next if f.early_next is not None
+               else f.first_data + self._early_look_after(f) for f in self.flows.values()
                if f.first_data is not None and not f.early_looked and f.stream_of is None]
         return min(due, default=None)
 
     def _early_look_after(self, f: Flow) -> float:
         """Seconds after ``f``'s first data its early look is due."""
         return (self.cfg.advised_backup_look_s if self._advised_backup(f)
-                else self.cfg.stream_early_s)
+                else min(self.cfg.stream_early_first_s, self.cfg.stream_early_s))
 
     def _advised_backup(self, f: Flow) -> bool:
         """Is ``f`` a backup's first connection the coordinator advised several for?
@@ -1538,20 +1570,28 @@ class DownloadEngine:
                 and f.mirror.connections > 1 and f.id not in self._no_streams)
 
     def _early_look(self, now: float) -> None:
-        """Lock held: the early look at connections past stream_early_s of data
-        (streams.paused_share): even bursts with the connection paused most of the
-        time are a server's per-connection limit; the mirror gets its connections
-        now instead of after its first monitor round."""
+        """Lock held: the early look at connections past stream_early_first_s of
+        data (streams.paused_share): even bursts with the connection paused most of
+        the time are a server's per-connection limit; the mirror gets its
+        connections now instead of after its first monitor round. Without that
+        evidence yet, it is looked at again until stream_early_s."""
         looked = []
         for f in self.flows.values():
             if (f.first_data is None or f.early_looked or f.stream_of is not None
                     or now < f.first_data + self._early_look_after(f)
-                    or f.id in self._advised):  # (has its connections already)
+                    or (f.early_next is not None and now < f.early_next)):
                 continue
-            f.early_looked = True
+            if f.id in self._advised:  # (has its connections already)
+                f.early_looked = True
+                continue
+            # (until the last look, no evidence yet means look again)
+            f.early_looked = now >= f.first_data + self.cfg.stream_early_s
+            f.early_next = now + self.cfg.stream_early_every_s
             if not f.alive:
+                f.early_looked = True
                 continue
             if self._advised_backup(f):
+                f.early_looked = True
                 # (its rate so far: what the trial's gain is judged against)
                 f.round_Bps = f.stats.received / max(now - f.first_data, 1e-3)
                 looked.append((f, 2.0, "advised",
@@ -1561,6 +1601,7 @@ class DownloadEngine:
             since = f.first_data + self.cfg.stream_early_skip_s
             times, sizes = self._arrivals(f)
             if not times.size or times[0] > int(since * 1e9):
+                f.early_looked = True
                 continue  # (the ring no longer holds its start: a fast flow)
             share = paused_share(times, sizes, int(since * 1e9))
             # (behind a fast link a whole burst arrives in one receive: too few
@@ -1580,6 +1621,7 @@ class DownloadEngine:
                 why = (f"its data arrive in bursts of {clump * 1e3:.0f} ms of its rate "
                        "at once")
             self._log(f"{f.id}: {why} (first {now - since:.2f} s)")
+            f.early_looked = True
             looked.append((f, share or 1.0, "pauses", why))
         if not looked:
             return
@@ -2601,6 +2643,13 @@ class DownloadEngine:
                 and self._queue_next(flow, lane, now) == "nothing"
             ):
                 flow.overlap_tried = now
+            if flow.mirror.name in self._unwritten:
+                # (blamed while these bytes were on their way to the disk: they go
+                # back to the work with the rest of its bytes)
+                self.pool.add(offset, offset + m)
+                self.refetched_bytes += m
+                self._lock.notify_all()
+                return
             self.done.add(offset, offset + m)
             self.owners.set(offset, offset + m, flow.mirror.name)
             flow.stats.bytes += m
@@ -2628,10 +2677,12 @@ class DownloadEngine:
         ok = hashes is None or sha256_of_range(self.part, s, e) == hashes[index]
         with self._lock:
             self.verifying.discard(index)
-            if ok:
-                self._commit(s, e)
-            else:
+            if not ok:
                 self._piece_failed(index, s, e)
+            elif self.done.covers(s, e):
+                self._commit(s, e)
+            # (else its writer was blamed meanwhile, _unwrite: it completes again
+            # once those bytes are fetched again)
         self._after_commit()
 
     def _piece_failed(self, index: int, s: int, e: int) -> None:

@@ -150,7 +150,11 @@ def ftp_mirrors(tmp_path: Path) -> Iterator[Callable[..., list[FtpMirror]]]:
             }
             dtp: type = DTPHandler
             if throttle and i in throttle:
-                dtp = type("Throttled", (ThrottledDTPHandler,), {"write_limit": throttle[i]})
+                # (_throttler on the class: pyftpdlib may close a data channel before
+                # ThrottledDTPHandler.__init__ set it, and the AttributeError then
+                # kills the server's loop)
+                dtp = type("Throttled", (ThrottledDTPHandler,),
+                           {"write_limit": throttle[i], "_throttler": None})
             counter = [0]
             if die_after and i in die_after:
                 limit = die_after[i]

@@ -155,6 +155,9 @@ def test_a_liar_found_while_the_download_runs_is_stopped_at_once(
     # an even share would be a third; it was stopped well before
     assert 0 < liar.bytes < len(data) / 4, liar.bytes
     assert s.refetched_bytes == liar.bytes
+    # its bytes went back to the engine's work at once: the good mirrors' flows
+    # fetched every byte of the file (a repair after the run counts in no flow)
+    assert sum(m.bytes for m in s.mirrors[1:]) == len(data)
 
 
 def test_an_http_mirror_with_another_copy_is_caught_and_its_bytes_replaced(
