@@ -6,15 +6,15 @@ from __future__ import annotations
 import os
 import re
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from paced_ftp import paced_dtp
 from pyftpdlib.authorizers import DummyAuthorizer
-from pyftpdlib.handlers import FTPHandler, ThrottledDTPHandler
+from pyftpdlib.handlers import FTPHandler
 from pyftpdlib.servers import FTPServer
 
 
@@ -27,37 +27,6 @@ class RunningServer:
     @property
     def connection_count(self) -> int:
         return self.connections[0]
-
-
-def paced_dtp(bytes_per_s: int, burst: int = 32 * 1024) -> type[ThrottledDTPHandler]:
-    """pyftpdlib's ThrottledDTPHandler holding each data connection to ``bytes_per_s``
-    the way vsftpd's anon_max_rate does: a buffer of ``burst`` bytes, then a sleep
-    until the connection is back on its schedule. pyftpdlib's own throttle sends two
-    seconds' worth at once and then sleeps two seconds: a probe read shorter than
-    that would never see the limit."""
-
-    class PacedDTP(ThrottledDTPHandler):
-        write_limit = bytes_per_s
-        ac_out_buffer_size = burst  # (one send = one burst)
-        _started: float | None = None
-
-        def _throttle_bandwidth(self, len_chunk: int, max_speed: int) -> None:
-            now = time.monotonic()
-            if self._started is None:
-                self._started = now
-            self._datacount += len_chunk
-            sleep_s = self._started + self._datacount / max_speed - now
-            if sleep_s <= 0.001:
-                return
-
-            def wake() -> None:
-                self.add_channel(events=self.ioloop.READ if self.receive else self.ioloop.WRITE)
-
-            self.del_channel()
-            self._cancel_throttler()
-            self._throttler = self.ioloop.call_later(sleep_s, wake, _errback=self.handle_error)
-
-    return PacedDTP
 
 
 @contextmanager

@@ -273,7 +273,7 @@ class EngineConfig:
     # 92-97 %; link-limited starts at most 71 % with even bursts). Looked at
     # again until the evidence is there: each look's wait costs the mirror its
     # other connections' rate.
-    stream_early_first_s: float = 0.5
+    stream_early_first_s: float = 0.3
     stream_early_every_s: float = 0.05
     stream_early_s: float = 0.5
     stream_early_skip_s: float = 0.1

@@ -129,6 +129,7 @@ def ftp_mirrors(tmp_path: Path) -> Iterator[Callable[..., list[FtpMirror]]]:
         n: int = 1,
         *,
         throttle: dict[int, int] | None = None,
+        pace: dict[int, int] | None = None,
         corrupt: dict[int, list[tuple[int, int]]] | None = None,
         die_after: dict[int, int] | None = None,
         root: Path | None = None,
@@ -155,6 +156,12 @@ def ftp_mirrors(tmp_path: Path) -> Iterator[Callable[..., list[FtpMirror]]]:
                 # kills the server's loop)
                 dtp = type("Throttled", (ThrottledDTPHandler,),
                            {"write_limit": throttle[i], "_throttler": None})
+            if pace and i in pace:
+                # (as vsftpd's anon_max_rate: 64 KiB bursts; pyftpdlib's own
+                # throttle sends a second's worth at once)
+                from paced_ftp import paced_dtp
+
+                dtp = paced_dtp(pace[i], burst=64 * 1024)
             counter = [0]
             if die_after and i in die_after:
                 limit = die_after[i]

@@ -1,0 +1,42 @@
+"""A pyftpdlib data channel paced like vsftpd's anon_max_rate (shared by the
+server's probe tests and the client's end-to-end tests; tests/ is on sys.path
+through its conftest)."""
+
+from __future__ import annotations
+
+import time
+
+from pyftpdlib.handlers import ThrottledDTPHandler
+
+
+def paced_dtp(bytes_per_s: int, burst: int = 32 * 1024) -> type[ThrottledDTPHandler]:
+    """pyftpdlib's ThrottledDTPHandler holding each data connection to ``bytes_per_s``
+    the way vsftpd's anon_max_rate does: a buffer of ``burst`` bytes, then a sleep
+    until the connection is back on its schedule. pyftpdlib's own throttle sends two
+    seconds' worth at once and then sleeps two seconds: a probe read shorter than
+    that would never see the limit."""
+
+    class PacedDTP(ThrottledDTPHandler):
+        write_limit = bytes_per_s
+        ac_out_buffer_size = burst  # (one send = one burst)
+        _started: float | None = None
+        # (pyftpdlib may close a channel before ThrottledDTPHandler.__init__ set it)
+        _throttler = None
+
+        def _throttle_bandwidth(self, len_chunk: int, max_speed: int) -> None:
+            now = time.monotonic()
+            if self._started is None:
+                self._started = now
+            self._datacount += len_chunk
+            sleep_s = self._started + self._datacount / max_speed - now
+            if sleep_s <= 0.001:
+                return
+
+            def wake() -> None:
+                self.add_channel(events=self.ioloop.READ if self.receive else self.ioloop.WRITE)
+
+            self.del_channel()
+            self._cancel_throttler()
+            self._throttler = self.ioloop.call_later(sleep_s, wake, _errback=self.handle_error)
+
+    return PacedDTP
