@@ -2645,9 +2645,10 @@ class DownloadEngine:
                 flow.overlap_tried = now
             if flow.mirror.name in self._unwritten:
                 # (blamed while these bytes were on their way to the disk: they go
-                # back to the work with the rest of its bytes)
+                # back to the work with the rest of its bytes, counted as those)
                 self.pool.add(offset, offset + m)
                 self.refetched_bytes += m
+                flow.stats.bytes += m
                 self._lock.notify_all()
                 return
             self.done.add(offset, offset + m)

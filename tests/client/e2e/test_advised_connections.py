@@ -84,16 +84,23 @@ def test_advised_connections_the_mirror_refuses_give_their_part_back(
     tmp_path: Path, ftp_mirrors, canned_coordinator, equal_plan
 ) -> None:
     """The coordinator advised 4, the server takes 2 from one address (421 to the
-    rest): those two go at once, without retries, their parts to the others."""
+    rest): those two go at once, their parts to the others. Which two lose is a
+    race between the transfers the early plan began at each part: usually two
+    extra connections ("not taken", no retry); when the mirror's first flow lost
+    (its extras held the slots), it retries after its backoff and only one extra
+    is refused."""
     data = os.urandom(8 * MIB + 3)
     _answer, coord = _advising(ftp_mirrors, canned_coordinator, equal_plan, data, [4, 1],
                                max_per_ip={0: 2})
     s = _get(tmp_path, coord)
     assert s.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
     assert len(_advised(s, "m0")) == 3
+    seen = [(e.kind, e.mirror, round(e.at_s, 3), e.detail) for e in s.events]
     refused = [e.detail for e in s.events if e.kind == "stream" and "not taken" in e.detail]
-    assert len(refused) == 2 and all("421" in d for d in refused), refused
-    assert not [e for e in s.events if e.kind in ("failed", "retry")]
+    retried = [e.detail for e in s.events if e.kind == "retry"]
+    assert all("421" in d for d in refused + retried), seen
+    assert (len(refused), len(retried)) in ((2, 0), (1, 1)), seen
+    assert not [e for e in s.events if e.kind == "failed"], seen
     assert sum(x.bytes for x in s.mirrors) >= len(data)
 
 
