@@ -229,7 +229,7 @@ def test_probe_of_a_throttled_server_records_several_connections(sqlite_url, tmp
     assert row.ok and row.connections is not None and row.connections >= 3
     # well above one connection's rate: several connections' worth
     assert row.throughput_bps > 2.5 * LIMIT * 8
-    assert said(caplog, "looks held") and said(caplog, "clients open")
+    assert said(caplog, "looks held, read alone") and said(caplog, "clients open")
 
 
 def test_probe_with_the_parallel_read_turned_off(sqlite_url, tmp_path, caplog):

@@ -12,7 +12,9 @@ read from yet) the TCP handshake to its service port failed.
 
 Held connections: when the read looks held below its path's rate by the server
 (``throughput.held_reason``), the same file is read over several connections at
-once (``parallel_ranged_read``, up to ``probe_max_connections``). When they carry
+once (``parallel_ranged_read``, up to ``probe_max_connections``), after one
+connection's read again, both with no other mirror's read beside them (``READS``,
+read_gate.py: two mirrors behind one link, probed at once, look held). When they carry
 PARALLEL_GAIN times one connection's rate or more, the throughput row records
 their aggregate rate and in ``connections`` how many connections that rate needs
 (clients are told to open that many, planner.py); else the single read's rate
@@ -39,6 +41,7 @@ from pftp_coordinator.db import session_scope
 from pftp_coordinator.models import File, Mirror, PathProbe, Replica, utcnow
 from pftp_coordinator.probes import capacity as capacity_mod
 from pftp_coordinator.probes import rtt as rtt_mod
+from pftp_coordinator.probes.read_gate import ReadGate
 from pftp_coordinator.probes.throughput import (
     ProbeError,
     ThroughputResult,
@@ -65,6 +68,9 @@ SCALING = 0.75
 # four connections filled 38 of 40 Mbit/s and rated "3"); one connection more
 # than the path needs costs a client nothing, one fewer a trial of its own.
 CONNECTION_SLACK = 1.25
+# Every throughput read of this process passes it (read_gate.py): a mirror's
+# parallel read and its baseline run with no other mirror's read beside them.
+READS = ReadGate()
 
 
 @dataclass(frozen=True)
@@ -183,21 +189,40 @@ def _throughput_row(
         why = held_reason(tp.bps, capacity_bps=capacity_bps)
     if why is None or max_n < 2 or not target.read_url:
         return {**single, "connections": 1}
-    n = parallel_connections(max_n, capacity_bps, tp.bps)
-    log.info("probe %s: one connection looks held (%s): reading over %d connections",
-             target.name, why, n)
-    try:
-        par = parallel_ranged_read(
-            target.read_url,
-            target.read_size,
-            n,
-            timeout_s=settings.probe_timeout_s,
-            max_size=target.read_max,
-            file_size=target.file_size or None,
-        )
-    except ProbeError as exc:
-        log.info("probe %s: parallel read failed, keeping the single read: %s", target.name, exc)
-        return {**single, "connections": None}  # (unknown: not measured this time)
+    with READS.alone():
+        # (the first read ran beside other mirrors' probes, maybe over a link one of
+        # them shares: read again with none beside it, for the baseline)
+        try:
+            tp = ranged_read(target.read_url, target.read_size,
+                             timeout_s=settings.probe_timeout_s, max_size=target.read_max)
+        except ProbeError as exc:
+            log.info("probe %s: the read alone failed, keeping the first: %s", target.name, exc)
+        else:
+            single = {**single, "throughput_bps": tp.bps}
+            why = held_reason(tp.bps, tp.samples, tp.waited)
+            by_capacity = why is None
+            if by_capacity:
+                why = held_reason(tp.bps, capacity_bps=capacity_bps)
+            if why is None:
+                log.info("probe %s: read alone, one connection carried %.1f Mbit/s and "
+                         "does not look held", target.name, tp.bps / 1e6)
+                return {**single, "connections": 1}
+        n = parallel_connections(max_n, capacity_bps, tp.bps)
+        log.info("probe %s: one connection looks held, read alone (%s): reading over %d "
+                 "connections", target.name, why, n)
+        try:
+            par = parallel_ranged_read(
+                target.read_url,
+                target.read_size,
+                n,
+                timeout_s=settings.probe_timeout_s,
+                max_size=target.read_max,
+                file_size=target.file_size or None,
+            )
+        except ProbeError as exc:
+            log.info("probe %s: parallel read failed, keeping the single read: %s",
+                     target.name, exc)
+            return {**single, "connections": None}  # (unknown: not measured this time)
     if par.errors:
         log.info("probe %s: %d of %d parallel reads failed: %s",
                  target.name, len(par.errors), n, "; ".join(par.errors))
@@ -275,8 +300,9 @@ def measure(
             )
     if target.read_url:
         try:
-            tp = ranged_read(target.read_url, target.read_size, timeout_s=timeout,
-                             max_size=target.read_max)
+            with READS.shared():
+                tp = ranged_read(target.read_url, target.read_size, timeout_s=timeout,
+                                 max_size=target.read_max)
             service_ok = True
         except ProbeError as exc:
             rows.append({"method": f"{target.protocol}-range", "ok": False, "error": str(exc)})
