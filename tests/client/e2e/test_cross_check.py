@@ -21,6 +21,22 @@ def _opener(url: str):  # type: ignore[no-untyped-def]
     return open_fetcher(url, timeout=10.0, stall_timeout=5.0)
 
 
+def _check_kept(path, kept: bytes, urls: dict[str, str]):  # type: ignore[no-untyped-def]
+    """A part file holding ``kept``, all of it written by "m0", checked once against
+    the mirrors ``urls``: (the mirrors blamed, in order; the result)."""
+    part = PartFile(path, len(kept), reuse=False)
+    try:
+        part.pwrite(kept, 0)
+        blamed: list[str] = []
+        checker = CrossChecker(
+            urls, lambda: [(0, len(kept), "m0")], part, _opener,
+            on_blame=lambda m, _why: blamed.append(m), interval_s=0.05,
+        ).start()
+        return blamed, checker.finish(timeout=10)
+    finally:
+        part.close()
+
+
 def test_runs_minus_and_spots_stay_inside_runs():
     assert runs_minus([(0, 10), (20, 30)], [(5, 22)]) == [(0, 5), (22, 30)]
     assert runs_minus([(0, 10)], []) == [(0, 10)]
@@ -101,19 +117,9 @@ def test_a_lying_referee_is_outvoted_by_a_third_mirror(tmp_path, mirrors_with_a_
     mirror agrees with the disk, so the referee is the one blamed."""
     data = os.urandom(1024 * 1024)
     good, bad = mirrors_with_a_liar("f.bin", data, 2)
-    part = PartFile(tmp_path / "f.part", len(data), reuse=False)
-    try:
-        part.pwrite(data, 0)
-        blamed: list[str] = []
-        # (no bytes served yet by the others: referees are asked in this order)
-        checker = CrossChecker(
-            {"liar": bad, "m0": good[0], "m1": good[1]},
-            lambda: [(0, len(data), "m0")], part, _opener,
-            on_blame=lambda m, _why: blamed.append(m), interval_s=0.05,
-        ).start()
-        res = checker.finish(timeout=10)
-    finally:
-        part.close()
+    # (no bytes served yet by the others: referees are asked in this order)
+    blamed, res = _check_kept(tmp_path / "f.part", data,
+                              {"liar": bad, "m0": good[0], "m1": good[1]})
     assert blamed == ["liar"] and list(res.blamed) == ["liar"]
     assert res.agreed == {"m0": 1} and not res.undecided and not res.unchecked
 
@@ -185,18 +191,9 @@ def test_bytes_damaged_here_are_not_blamed_on_the_mirror(tmp_path, ftp_mirrors):
     root = tmp_path / "shared"
     root.mkdir()
     good = ftp_mirrors({"k.bin": data}, 2, root=root)
-    part = PartFile(tmp_path / "k.part", len(data), reuse=False)
-    try:
-        part.pwrite(bytes(len(data)), 0)  # zeros where m0's bytes should be
-        blamed: list[str] = []
-        checker = CrossChecker(
-            {"m0": good[0].url("k.bin"), "m1": good[1].url("k.bin")},
-            lambda: [(0, len(data), "m0")], part, _opener,
-            on_blame=lambda m, _why: blamed.append(m), interval_s=0.05,
-        ).start()
-        res = checker.finish(timeout=10)
-    finally:
-        part.close()
+    # zeros where m0's bytes should be
+    blamed, res = _check_kept(tmp_path / "k.part", bytes(len(data)),
+                              {"m0": good[0].url("k.bin"), "m1": good[1].url("k.bin")})
     assert not blamed and not res.blamed and not res.undecided
     assert list(res.damaged) == ["m0"] and not res.unchecked
 

@@ -175,6 +175,16 @@ def connections_needed(aggregate_bps: float, single_bps: float, n: int) -> int:
     return max(2, min(n, math.ceil(aggregate_bps / single_bps * CONNECTION_SLACK - 1e-9)))
 
 
+def _held(tp: ThroughputResult, capacity_bps: float | None) -> tuple[str | None, bool]:
+    """Why one connection's read ``tp`` looks held below its path's rate (None: it
+    does not), and whether only the path's capacity says so: the sender's own
+    pauses are read first, as they say the server holds the connection."""
+    why = held_reason(tp.bps, tp.samples, tp.waited)
+    if why is not None:
+        return why, False
+    return held_reason(tp.bps, capacity_bps=capacity_bps), True
+
+
 def _throughput_row(
     target: ProbeTarget, settings: Settings, tp: ThroughputResult, capacity_bps: float | None
 ) -> dict:
@@ -182,11 +192,7 @@ def _throughput_row(
     read over several connections when the single one looks held (module doc)."""
     single = {"method": tp.method, "ok": True, "throughput_bps": tp.bps, "rtt_s": None}
     max_n = settings.probe_max_connections
-    # the sender's own pauses first: they say the server holds the connection
-    why = held_reason(tp.bps, tp.samples, tp.waited)
-    by_capacity = why is None
-    if by_capacity:
-        why = held_reason(tp.bps, capacity_bps=capacity_bps)
+    why, by_capacity = _held(tp, capacity_bps)
     if why is None or max_n < 2 or not target.read_url:
         return {**single, "connections": 1}
     with READS.alone():
@@ -197,19 +203,18 @@ def _throughput_row(
                              timeout_s=settings.probe_timeout_s, max_size=target.read_max)
         except ProbeError as exc:
             log.info("probe %s: the read alone failed, keeping the first: %s", target.name, exc)
+            which = "first read"
         else:
+            which = "read alone"
             single = {**single, "throughput_bps": tp.bps}
-            why = held_reason(tp.bps, tp.samples, tp.waited)
-            by_capacity = why is None
-            if by_capacity:
-                why = held_reason(tp.bps, capacity_bps=capacity_bps)
+            why, by_capacity = _held(tp, capacity_bps)
             if why is None:
                 log.info("probe %s: read alone, one connection carried %.1f Mbit/s and "
                          "does not look held", target.name, tp.bps / 1e6)
                 return {**single, "connections": 1}
         n = parallel_connections(max_n, capacity_bps, tp.bps)
-        log.info("probe %s: one connection looks held, read alone (%s): reading over %d "
-                 "connections", target.name, why, n)
+        log.info("probe %s: one connection looks held, %s (%s): reading over %d "
+                 "connections", target.name, which, why, n)
         try:
             par = parallel_ranged_read(
                 target.read_url,
