@@ -110,6 +110,30 @@ def test_even_bursts_with_long_pauses_between_are_a_servers_limit() -> None:
     assert paused_share(t, n, int(0.26 * 1e9)) is None
 
 
+def test_whole_bursts_per_receive_are_read_with_a_pause_the_path_sets() -> None:
+    # pure-ftpd behind a fast link: each 48 KiB burst in one or two receives, one
+    # burst split by a 6 ms gap, every 37-68 ms; the median gap is itself a pause
+    starts = [0.0, 0.038, 0.106, 0.144, 0.212, 0.250]
+    times: list[float] = []
+    sizes: list[int] = []
+    for k, s in enumerate(starts):
+        parts = [24 * 1024, 24 * 1024] if k != 2 else [36 * 1024, 12 * 1024]
+        times += [s, s + (0.006 if k == 2 else 0.0004)]
+        sizes += parts
+    t = (np.asarray(times) * 1e9).astype(np.int64)
+    n = np.asarray(sizes, dtype=np.int64)
+    assert paused_share(t, n, 0, min_pauses=4, min_arrivals=10) is None  # (median)
+    share = paused_share(t, n, 0, min_pauses=4, min_arrivals=10, pause_s=0.01,
+                         min_burst=16 * 1024)
+    assert share is not None and share > 0.9
+    # a 5 ms floor would cut the split burst in two: a 12 KiB burst, no evidence
+    assert paused_share(t, n, 0, min_pauses=4, min_arrivals=10, pause_s=0.005,
+                        min_burst=16 * 1024) is None
+    # bursts too small for a server's write (a shaper's bucket after slow start)
+    assert paused_share(t, n // 4, 0, min_pauses=4, min_arrivals=10, pause_s=0.01,
+                        min_burst=16 * 1024) is None
+
+
 def test_a_start_that_overran_a_shapers_queue_is_not_a_servers_limit() -> None:
     # at a 20 Mbit/s link's pace, with two 90 ms stops (slow start's losses)
     smooth = np.arange(300) * 0.58e-3

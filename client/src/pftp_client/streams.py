@@ -118,12 +118,13 @@ def idle_share(
 
 def paused_share(
     times_ns: np.ndarray, nbytes: np.ndarray, since_ns: int,
-    min_pauses: int = 5, max_spread: float = 0.5,
+    min_pauses: int = 5, max_spread: float = 0.5, min_arrivals: int = 20,
+    pause_s: float | None = None, min_burst: int = 0,
 ) -> float | None:
     """Share of the time since ``since_ns`` that one connection spent in pauses
     between regular bursts; None unless it received in at least ``min_pauses``
     pauses bursts of about one size (their sizes' coefficient of variation at most
-    ``max_spread``).
+    ``max_spread``), each at least ``min_burst`` bytes.
 
     A pause is a gap between arrivals ten of the connection's typical (median)
     gaps long, and at least 5 ms (a shaper's timer tick, a reader thread waiting
@@ -134,22 +135,27 @@ def paused_share(
     in slow start are few, long and uneven, and the bursts between them too
     (lab, 20-40 Mbit/s links, first half second: at most 83 % paused, those
     with uneven bursts; with even ones at most 71 %). Read in a connection's
-    first second, before idle_share can say."""
+    first second, before idle_share can say.
+
+    ``pause_s`` sets the pause instead (at least 5 ms): when a whole burst
+    arrives in one or two receives, most gaps are pauses and the median says
+    nothing; a gap of ten round trips on a short path is no ACK clock's either."""
     import numpy as np
 
     keep = times_ns >= since_ns
     t = times_ns[keep]
-    if t.size < 20:
+    if t.size < max(min_arrivals, 2):
         return None
     b = nbytes[keep]
     gaps = np.diff(t) / 1e9
-    pause = np.flatnonzero(gaps > max(10.0 * float(np.median(gaps)), 0.005))
+    floor = 10.0 * float(np.median(gaps)) if pause_s is None else pause_s
+    pause = np.flatnonzero(gaps > max(floor, 0.005))
     if pause.size < min_pauses:
         return None
     # bytes that arrived between one pause and the next
     upto = np.cumsum(b)
     bursts = np.diff(upto[pause]).astype(float)
-    if bursts.size < 2 or float(bursts.mean()) <= 0:
+    if bursts.size < 2 or float(bursts.mean()) <= 0 or float(bursts.min()) < min_burst:
         return None
     if float(bursts.std()) > max_spread * float(bursts.mean()):
         return None
