@@ -33,6 +33,7 @@ piece buffer per repair in progress.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections import deque
@@ -63,6 +64,7 @@ from pftp_client.streams import (
     merge_stream_stats,
     needed_gain,
     others_kept,
+    paced_rate,
     paused_share,
     rate_since,
     scales,
@@ -89,6 +91,8 @@ from pftp_client.transports.base import (
     TransferError,
     TransientError,
 )
+
+_LOG = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -1595,6 +1599,7 @@ class DownloadEngine:
         connections now instead of after its first monitor round. Without that
         evidence yet, it is looked at again until stream_early_s."""
         looked = []
+        held: dict[str, float | None] = {}
         for f in self.flows.values():
             if (f.first_data is None or f.early_looked or f.stream_of is not None
                     or now < f.first_data + self._early_look_after(f)
@@ -1622,7 +1627,7 @@ class DownloadEngine:
             if not times.size or times[0] > int(since * 1e9):
                 f.early_looked = True
                 continue  # (the ring no longer holds its start: a fast flow)
-            share = self._early_paused(f, times, sizes, since)
+            share, pause_s = self._early_paused(f, times, sizes, since)
             # (behind a fast link a whole burst arrives in one receive: too few
             # arrivals for paused_share, but what those receives return says it)
             waits = self._waited_reads(f)
@@ -1633,6 +1638,10 @@ class DownloadEngine:
             bursts = (burst is not None and burst >= self.cfg.stream_burst_bytes
                       and clump >= self.cfg.stream_early_burst_s)
             if not (paused or bursts) or not steady(times, sizes, int(since * 1e9)):
+                _LOG.debug("%s: early look at %.3f s: paused %s, waited reads of %s bytes "
+                           "(%.3f s of its rate), %d arrivals, steady %s", f.id,
+                           now - f.first_data, share, burst, clump, times.size,
+                           steady(times, sizes, int(since * 1e9)))
                 continue
             if paused:
                 why = f"its data arrive in even bursts, paused {share:.0%} of the time"
@@ -1641,6 +1650,9 @@ class DownloadEngine:
                        "at once")
             self._log(f"{f.id}: {why} (first {now - since:.2f} s)")
             f.early_looked = True
+            # (the rate it is held to: what the trial's gain is judged against)
+            held[f.id] = paced_rate(times, sizes, int(since * 1e9),
+                                    pause_s)
             looked.append((f, share or 1.0, "pauses", why))
         if not looked:
             return
@@ -1653,6 +1665,7 @@ class DownloadEngine:
                         now - self.cfg.stream_early_s)
             if now - begin > 0.1 and t.size and t[0] <= int(begin * 1e9):
                 g.round_Bps = rate_since(t, b, begin, now)
+            g.round_Bps = held.get(g.id) or g.round_Bps
         agg = self._aggregate.rate(now)
         access = self.cfg.access_bps
         for f, _, kind, why in sorted(looked, key=lambda x: -x[1]):
@@ -1664,9 +1677,10 @@ class DownloadEngine:
 
     def _early_paused(
         self, f: Flow, times: np.ndarray, sizes: np.ndarray, since: float
-    ) -> float | None:
+    ) -> tuple[float | None, float | None]:
         """Share of ``f``'s time since ``since`` paused between even bursts (the
-        early look's evidence; see EngineConfig.stream_early_pauses)."""
+        early look's evidence; see EngineConfig.stream_early_pauses), and the
+        pause it was read with (None: ten median gaps)."""
         cfg = self.cfg
         since_ns = int(since * 1e9)
         share = paused_share(times, sizes, since_ns, min_pauses=cfg.stream_early_pauses,
@@ -1674,14 +1688,13 @@ class DownloadEngine:
                              min_arrivals=cfg.stream_early_arrivals)
         rtt = self._path_rtt(f)
         if share is not None or rtt <= 0:
-            return share
+            return share, None
         # (whole bursts per receive: a pause is what no ACK clock on this path makes)
+        pause_s = max(cfg.stream_early_pause_s, cfg.stream_early_pause_rtts * rtt)
         return paused_share(times, sizes, since_ns, min_pauses=cfg.stream_early_pauses,
                             max_spread=cfg.stream_early_spread,
                             min_arrivals=cfg.stream_early_arrivals,
-                            pause_s=max(cfg.stream_early_pause_s,
-                                        cfg.stream_early_pause_rtts * rtt),
-                            min_burst=cfg.stream_early_min_burst)
+                            pause_s=pause_s, min_burst=cfg.stream_early_min_burst), pause_s
 
     def _start_trial(
         self, f: Flow, key: float, kind: str, now: float, losses: dict[str, float],

@@ -163,6 +163,31 @@ def paused_share(
     return float(gaps[pause].sum()) / span if span > 0 else None
 
 
+def paced_rate(
+    times_ns: np.ndarray, nbytes: np.ndarray, since_ns: int, pause_s: float | None = None
+) -> float | None:
+    """Bytes per second a connection paused between bursts carries over its whole
+    periods since ``since_ns``: from the end of its first pause to the end of its
+    last (pauses as paused_share finds them); None with fewer than two pauses.
+    A mean that begins at its first data also counts the start's burst (vsftpd
+    writes two at once) and reads a 10 Mbit/s limit as up to 15."""
+    import numpy as np
+
+    keep = times_ns >= since_ns
+    t = times_ns[keep]
+    if t.size < 3:
+        return None
+    b = nbytes[keep]
+    gaps = np.diff(t) / 1e9
+    floor = 10.0 * float(np.median(gaps)) if pause_s is None else pause_s
+    pause = np.flatnonzero(gaps > max(floor, 0.005))
+    if pause.size < 2:
+        return None
+    first, last = int(pause[0]) + 1, int(pause[-1]) + 1
+    span = (int(t[last]) - int(t[first])) / 1e9
+    return float(b[first:last].sum()) / span if span > 0 else None
+
+
 def burst_bytes(
     before: tuple[int, int] | None, now: tuple[int, int], min_waits: int = 3
 ) -> float | None:
