@@ -2024,6 +2024,7 @@ class DownloadEngine:
         flow.fetcher = self._open_fetcher(
             flow.mirror.url, timeout=self.cfg.timeout, stall_timeout=self.cfg.stall_timeout
         )
+        self._share_checks(flow)
         prepare = getattr(flow.fetcher, "prepare", None)
         if prepare is not None:
             prepare(flow.cancel)
@@ -2046,6 +2047,15 @@ class DownloadEngine:
             with self._lock:
                 return self._on_failure(flow, error)
         return True
+
+    def _share_checks(self, flow: Flow) -> None:
+        """An extra connection takes its mirror's first connection's one-time
+        checks (FTP: REST honoured, when it reaches the same server)."""
+        main = self.flows.get(flow.stream_of) if flow.stream_of is not None else None
+        proof = getattr(main.fetcher, "rest_proof", None) if main is not None else None
+        trust = getattr(flow.fetcher, "trust_rest", None)
+        if proof is not None and trust is not None:
+            trust(proof)
 
     def _drop_fetcher(self, flow: Flow) -> None:
         """Close the flow's connections (best effort: it is being given up)."""
@@ -2384,6 +2394,7 @@ class DownloadEngine:
                     flow.mirror.url, timeout=self.cfg.timeout,
                     stall_timeout=self.cfg.stall_timeout, **at,
                 )
+                self._share_checks(flow)
                 if flow.id in self._advised:
                     with self._lock:
                         self._lock.notify_all()  # (its advised connections wait for it)

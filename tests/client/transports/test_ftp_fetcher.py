@@ -253,6 +253,41 @@ def test_prepare_gives_the_rest_verdict_before_any_transfer(start_pyftpd) -> Non
         assert fetch(f, 123_456, 200_000) == data[123_456:200_000]
 
 
+def test_a_rest_check_is_taken_over_only_on_the_same_server(start_pyftpd) -> None:
+    """A mirror's extra connections take its first connection's REST check
+    (rest_proof -> trust_rest) and skip the probe's transfer; a fetcher handed a
+    proof from another server still probes, and never delivers a byte from a
+    server that ignores REST."""
+    retrs: list[str] = []
+
+    class Counting(FTPHandler):
+        def ftp_RETR(self, file: str) -> None:
+            retrs.append(file)
+            super().ftp_RETR(file)
+
+    honest = start_pyftpd(handler=Counting)
+    liar = start_pyftpd(handler=IgnoresRest)
+    data = payload(400_000)
+    for server in (honest, liar):
+        server.put("f.bin", data)
+    with fetcher(honest.url("f.bin")) as first:
+        assert first.rest_proof is None  # (not checked yet)
+        assert fetch(first, 1000, 5000) == data[1000:5000]
+        assert len(retrs) == 2  # the probe's RETR and the range's
+        proof = first.rest_proof
+        assert proof is not None
+        with fetcher(honest.url("f.bin")) as extra:
+            extra.trust_rest(proof)
+            assert fetch(extra, 250_000, 300_000) == data[250_000:300_000]
+            assert len(retrs) == 3  # no probe
+    with fetcher(liar.url("f.bin")) as other:
+        other.trust_rest(proof)
+        sink = Collector(1000)
+        with pytest.raises(RangeNotHonoured):
+            other.fetch(1000, RangeEnd(2000), sink, threading.Event())
+        assert sink.data == b""
+
+
 def test_server_refusing_rest(start_pyftpd) -> None:
     server = start_pyftpd(handler=RefusesRest)
     data = payload(10_000)

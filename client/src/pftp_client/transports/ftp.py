@@ -574,6 +574,9 @@ class FtpFetcher:
         self._vetted = False
         # None: not probed yet; True: honours REST; False: ignores it.
         self._rest_honoured: bool | None = None
+        # (address, port) of a server another fetcher found honouring REST
+        # (trust_rest): this one skips its probe when it reaches the same one
+        self._rest_trusted: tuple[str, int] | None = None
         self._closed = False
         self._ever_connected = False
         self._lock = threading.Lock()
@@ -706,6 +709,19 @@ class FtpFetcher:
         if self._rest_honoured is False:
             return False
         return True if not self.verify_rest else self._rest_honoured
+
+    @property
+    def rest_proof(self) -> tuple[str, int] | None:
+        """(address, port) of the server this fetcher found honouring REST, for
+        trust_rest; None when it has not checked (or could not). Thread-safe."""
+        return self._server() if self._rest_honoured is True else None
+
+    def trust_rest(self, proof: tuple[str, int]) -> None:
+        """Take another fetcher's REST check (its rest_proof) for this one: a
+        mirror's extra connections skip the probe's two round trips. Taken only
+        when this one reaches the same address and port (a name that resolves to
+        several servers is probed on each)."""
+        self._rest_trusted = proof
 
     def confirm_rest(self, reference: bytes, need: int) -> bool | None:
         """REST checked from the data, for a head transfer started with
@@ -1868,6 +1884,9 @@ class FtpFetcher:
         if self._rest_honoured or not self.verify_rest:
             return
         size = self._known_size(passive=True)
+        if self._rest_trusted is not None and self._server() == self._rest_trusted:
+            self._rest_honoured = True  # (the same server, checked by another fetcher)
+            return
         if size is not None:
             if size < 2:
                 self._rest_honoured = True  # no offset > 0 can be inside the file
@@ -1890,6 +1909,17 @@ class FtpFetcher:
         self._rest_honoured = honoured
         if not honoured:
             raise RangeNotHonoured(f"{self._where()}: server answers 350 to REST but ignores it")
+
+    def _server(self) -> tuple[str, int] | None:
+        """(address, port) of the server the control connection reached."""
+        ctrl = self._ctrl
+        if ctrl is None:
+            return None
+        try:
+            peer = ctrl.sock.getpeername()
+        except OSError:
+            return None
+        return str(peer[0]), int(peer[1])
 
     def _read_probe(self, offset: int, limit: int, cancel: threading.Event) -> bytes:
         """Up to ``limit`` bytes from ``offset``, collected in memory (probes only)."""
