@@ -57,3 +57,53 @@ def test_a_read_alone_waits_for_the_shared_ones_and_keeps_new_ones_out() -> None
     for t in (reader, alone, late):
         t.join(WAIT)
     assert log == ["r in", "r out", "a in", "a out", "late in", "late out"]
+
+
+def test_shared_reads_keep_to_their_limit() -> None:
+    # (probe_read_concurrency: reads side by side share the coordinator's link)
+    gate, log = ReadGate(), []
+    ins = [threading.Event(), threading.Event()]
+    leaves = [threading.Event(), threading.Event()]
+
+    def hold(i: int) -> threading.Thread:
+        def run() -> None:
+            with gate.shared(1):
+                log.append(f"r{i} in")
+                ins[i].set()
+                leaves[i].wait(WAIT)
+                log.append(f"r{i} out")
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        return t
+
+    first = hold(0)
+    assert ins[0].wait(WAIT)
+    second = hold(1)
+    assert not ins[1].wait(0.2)  # one at a time
+    leaves[0].set()
+    assert ins[1].wait(WAIT)
+    leaves[1].set()
+    for t in (first, second):
+        t.join(WAIT)
+    assert log == ["r0 in", "r0 out", "r1 in", "r1 out"]
+    # a limit of 2 lets two in together
+    gate2 = ReadGate()
+    both = [threading.Event(), threading.Event()]
+    go = threading.Event()
+
+    def two(i: int) -> threading.Thread:
+        def run() -> None:
+            with gate2.shared(2):
+                both[i].set()
+                go.wait(WAIT)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        return t
+
+    ts = [two(0), two(1)]
+    assert all(e.wait(WAIT) for e in both)
+    go.set()
+    for t in ts:
+        t.join(WAIT)

@@ -92,6 +92,12 @@ class Settings(BaseSettings):
     probe_jitter_s: float = Field(default=30.0, ge=0)
     probe_timeout_s: float = Field(default=10.0, gt=0)
     probe_concurrency: int = Field(default=8, ge=1)
+    # Throughput reads at once (probes/read_gate.py). Reads side by side share the
+    # coordinator's own access link: lab, selection-table1 (8 mirrors of 2-24 Mbit/s
+    # behind 40 Mbit/s), 8 at once read the 16 Mbit/s mirror as 12.9 and the
+    # 12 Mbit/s one as 20.1 (its shaper's bucket, filled while the link was shared,
+    # let through at once at the end), and clients were sent to the wrong pair.
+    probe_read_concurrency: int = Field(default=1, ge=1)
     throughput_probe_bytes: int = Field(default=512 * 1024, ge=1024)
     # A read goes on past throughput_probe_bytes, up to this, while its connection is
     # still in slow start: on a far path 512 kB are mostly ramp (probes/throughput.py).

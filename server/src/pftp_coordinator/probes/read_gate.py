@@ -1,5 +1,6 @@
-"""Throughput reads of several mirrors run at once (``probe_concurrency``); the read
-over several connections that decides whether a mirror needs them runs alone.
+"""Throughput reads of several mirrors run at once (up to ``probe_read_concurrency``;
+the other probes up to ``probe_concurrency``); the read over several connections
+that decides whether a mirror needs them runs alone.
 
 Two mirrors behind one link, probed at the same time, each carry a share of it: a
 parallel read of one of them then takes a larger share from the other's read (4
@@ -30,9 +31,12 @@ class ReadGate:
         self._waiting = 0  # reads waiting to go alone
 
     @contextmanager
-    def shared(self) -> Iterator[None]:
+    def shared(self, limit: int | None = None) -> Iterator[None]:
+        """``limit``: at most that many shared reads at once (this one counted)."""
         with self._cond:
-            while self._alone or self._waiting:
+            while self._alone or self._waiting or (
+                limit is not None and self._shared >= max(limit, 1)
+            ):
                 self._cond.wait()
             self._shared += 1
         try:
@@ -40,8 +44,7 @@ class ReadGate:
         finally:
             with self._cond:
                 self._shared -= 1
-                if not self._shared:
-                    self._cond.notify_all()
+                self._cond.notify_all()  # (one waiting for a place, or to go alone)
 
     @contextmanager
     def alone(self) -> Iterator[None]:

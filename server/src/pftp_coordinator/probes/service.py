@@ -305,7 +305,7 @@ def measure(
             )
     if target.read_url:
         try:
-            with READS.shared():
+            with READS.shared(settings.probe_read_concurrency):
                 tp = ranged_read(target.read_url, target.read_size, timeout_s=timeout,
                                  max_size=target.read_max)
             service_ok = True
