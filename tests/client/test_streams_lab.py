@@ -25,6 +25,7 @@ from pftp_client.streams import (
     merge_stream_stats,
     needed_gain,
     others_kept,
+    paced_rate,
     paused_share,
     rate_since,
     scales,
@@ -132,6 +133,19 @@ def test_whole_bursts_per_receive_are_read_with_a_pause_the_path_sets() -> None:
     # bursts too small for a server's write (a shaper's bucket after slow start)
     assert paused_share(t, n // 4, 0, min_pauses=4, min_arrivals=10, pause_s=0.01,
                         min_burst=16 * 1024) is None
+
+
+def test_the_paced_rate_leaves_the_starts_double_burst_out() -> None:
+    # vsftpd at 1.25 MB/s: 128 KiB at once, then 64 KiB every 52 ms
+    times = [i * 0.29e-3 for i in range(90)]
+    times += [0.052 * k + i * 0.29e-3 for k in range(1, 8) for i in range(45)]
+    t, n = _arrivals(times)
+    mean = int(n.sum()) / ((int(t[-1]) - int(t[0])) / 1e9)
+    paced = paced_rate(t, n, 0)
+    assert paced is not None
+    assert paced == pytest.approx(45 * 1448 / 0.052, rel=0.02)  # one burst a period
+    assert mean > 1.2 * paced  # what the mean since the first data says
+    assert paced_rate(t[:60], n[:60], 0) is None  # no pause yet
 
 
 def test_a_start_that_overran_a_shapers_queue_is_not_a_servers_limit() -> None:

@@ -1637,11 +1637,11 @@ class DownloadEngine:
             paused = share is not None and share >= self.cfg.stream_early_share
             bursts = (burst is not None and burst >= self.cfg.stream_burst_bytes
                       and clump >= self.cfg.stream_early_burst_s)
-            if not (paused or bursts) or not steady(times, sizes, int(since * 1e9)):
+            even = steady(times, sizes, int(since * 1e9))
+            if not (paused or bursts) or not even:
                 _LOG.debug("%s: early look at %.3f s: paused %s, waited reads of %s bytes "
                            "(%.3f s of its rate), %d arrivals, steady %s", f.id,
-                           now - f.first_data, share, burst, clump, times.size,
-                           steady(times, sizes, int(since * 1e9)))
+                           now - f.first_data, share, burst, clump, times.size, even)
                 continue
             if paused:
                 why = f"its data arrive in even bursts, paused {share:.0%} of the time"
@@ -1651,8 +1651,7 @@ class DownloadEngine:
             self._log(f"{f.id}: {why} (first {now - since:.2f} s)")
             f.early_looked = True
             # (the rate it is held to: what the trial's gain is judged against)
-            held[f.id] = paced_rate(times, sizes, int(since * 1e9),
-                                    pause_s)
+            held[f.id] = paced_rate(times, sizes, int(since * 1e9), pause_s)
             looked.append((f, share or 1.0, "pauses", why))
         if not looked:
             return
@@ -1682,19 +1681,21 @@ class DownloadEngine:
         early look's evidence; see EngineConfig.stream_early_pauses), and the
         pause it was read with (None: ten median gaps)."""
         cfg = self.cfg
-        since_ns = int(since * 1e9)
-        share = paused_share(times, sizes, since_ns, min_pauses=cfg.stream_early_pauses,
-                             max_spread=cfg.stream_early_spread,
-                             min_arrivals=cfg.stream_early_arrivals)
+
+        def read(pause_s: float | None = None, min_burst: int = 0) -> float | None:
+            return paused_share(times, sizes, int(since * 1e9),
+                                min_pauses=cfg.stream_early_pauses,
+                                max_spread=cfg.stream_early_spread,
+                                min_arrivals=cfg.stream_early_arrivals,
+                                pause_s=pause_s, min_burst=min_burst)
+
+        share = read()
         rtt = self._path_rtt(f)
         if share is not None or rtt <= 0:
             return share, None
         # (whole bursts per receive: a pause is what no ACK clock on this path makes)
         pause_s = max(cfg.stream_early_pause_s, cfg.stream_early_pause_rtts * rtt)
-        return paused_share(times, sizes, since_ns, min_pauses=cfg.stream_early_pauses,
-                            max_spread=cfg.stream_early_spread,
-                            min_arrivals=cfg.stream_early_arrivals,
-                            pause_s=pause_s, min_burst=cfg.stream_early_min_burst), pause_s
+        return read(pause_s, cfg.stream_early_min_burst), pause_s
 
     def _start_trial(
         self, f: Flow, key: float, kind: str, now: float, losses: dict[str, float],

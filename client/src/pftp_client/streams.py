@@ -116,6 +116,24 @@ def idle_share(
     return 1.0 - np.unique(index).size / bins
 
 
+def _pauses(
+    times_ns: np.ndarray, nbytes: np.ndarray, since_ns: int, min_arrivals: int,
+    pause_s: float | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The arrivals since ``since_ns`` (times, bytes), the gaps between them (s) and
+    the indices of those gaps that are pauses (paused_share says what a pause is);
+    None with fewer than ``min_arrivals`` arrivals."""
+    import numpy as np
+
+    keep = times_ns >= since_ns
+    t = times_ns[keep]
+    if t.size < min_arrivals:
+        return None
+    gaps = np.diff(t) / 1e9
+    floor = 10.0 * float(np.median(gaps)) if pause_s is None else pause_s
+    return t, nbytes[keep], gaps, np.flatnonzero(gaps > max(floor, 0.005))
+
+
 def paused_share(
     times_ns: np.ndarray, nbytes: np.ndarray, since_ns: int,
     min_pauses: int = 5, max_spread: float = 0.5, min_arrivals: int = 20,
@@ -142,14 +160,10 @@ def paused_share(
     nothing; a gap of ten round trips on a short path is no ACK clock's either."""
     import numpy as np
 
-    keep = times_ns >= since_ns
-    t = times_ns[keep]
-    if t.size < max(min_arrivals, 2):
+    found = _pauses(times_ns, nbytes, since_ns, max(min_arrivals, 2), pause_s)
+    if found is None:
         return None
-    b = nbytes[keep]
-    gaps = np.diff(t) / 1e9
-    floor = 10.0 * float(np.median(gaps)) if pause_s is None else pause_s
-    pause = np.flatnonzero(gaps > max(floor, 0.005))
+    t, b, gaps, pause = found
     if pause.size < min_pauses:
         return None
     # bytes that arrived between one pause and the next
@@ -171,18 +185,10 @@ def paced_rate(
     last (pauses as paused_share finds them); None with fewer than two pauses.
     A mean that begins at its first data also counts the start's burst (vsftpd
     writes two at once) and reads a 10 Mbit/s limit as up to 15."""
-    import numpy as np
-
-    keep = times_ns >= since_ns
-    t = times_ns[keep]
-    if t.size < 3:
+    found = _pauses(times_ns, nbytes, since_ns, 3, pause_s)
+    if found is None or found[3].size < 2:
         return None
-    b = nbytes[keep]
-    gaps = np.diff(t) / 1e9
-    floor = 10.0 * float(np.median(gaps)) if pause_s is None else pause_s
-    pause = np.flatnonzero(gaps > max(floor, 0.005))
-    if pause.size < 2:
-        return None
+    t, b, _gaps, pause = found
     first, last = int(pause[0]) + 1, int(pause[-1]) + 1
     span = (int(t[last]) - int(t[first])) / 1e9
     return float(b[first:last].sum()) / span if span > 0 else None
