@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pftp_client.streams import (
+    _pauses,
     burst_bytes,
     gained,
     idle_share,
@@ -127,12 +128,40 @@ def test_whole_bursts_per_receive_are_read_with_a_pause_the_path_sets() -> None:
     share = paused_share(t, n, 0, min_pauses=4, min_arrivals=10, pause_s=0.01,
                          min_burst=16 * 1024)
     assert share is not None and share > 0.9
-    # a 5 ms floor would cut the split burst in two: a 12 KiB burst, no evidence
+    # a 5 ms floor cuts the split burst in two (a 12 KiB burst), but the reading
+    # with only the long gaps as pauses sees it whole
     assert paused_share(t, n, 0, min_pauses=4, min_arrivals=10, pause_s=0.005,
-                        min_burst=16 * 1024) is None
+                        min_burst=16 * 1024) == pytest.approx(share)
     # bursts too small for a server's write (a shaper's bucket after slow start)
     assert paused_share(t, n // 4, 0, min_pauses=4, min_arrivals=10, pause_s=0.01,
                         min_burst=16 * 1024) is None
+
+
+def test_a_burst_that_stalls_halfway_is_still_one_burst() -> None:
+    # vsftpd at 1.25 MB/s behind 40 Mbit/s (lab, session 25): 64 KiB every 52 ms
+    # at the link's pace; two bursts stop 12 ms after 50 KiB (the link's queue)
+    times: list[float] = []
+    for k in range(8):
+        times += [k * 0.052 + i * 0.29e-3 for i in range(45)]
+        if k in (2, 5):
+            times[-10:] = [x + 0.012 for x in times[-10:]]
+    t, n = _arrivals(times)
+    share = paused_share(t, n, 0, min_pauses=4, min_arrivals=10, max_spread=0.35)
+    assert share is not None and 0.6 < share < 0.75  # 13 ms of every 52 carry data
+    # read with every gap over 5 ms as a pause, the stalls cut bursts of 50 and
+    # 14 KiB: too uneven
+    found = _pauses(t, n, 0, 10, None)
+    assert found is not None and found[3].size == 9
+    bursts = np.diff(np.cumsum(found[1])[found[3]])
+    assert bursts.std() > 0.35 * bursts.mean()
+    # a link-limited flow that a queue stalls now and then: busy most of the time
+    rng = np.random.default_rng(3)
+    smooth = np.cumsum(np.full(1500, 0.29e-3) * rng.uniform(0.5, 1.5, 1500))
+    for at in (200, 500, 900, 1200):
+        smooth[at:] += rng.uniform(0.006, 0.03)
+    t, n = _arrivals(smooth)
+    stalled = paused_share(t, n, 0, min_pauses=4, min_arrivals=10)
+    assert stalled is not None and stalled < 0.3
 
 
 def test_the_paced_rate_leaves_the_starts_double_burst_out() -> None:
@@ -146,6 +175,21 @@ def test_the_paced_rate_leaves_the_starts_double_burst_out() -> None:
     assert paced == pytest.approx(45 * 1448 / 0.052, rel=0.02)  # one burst a period
     assert mean > 1.2 * paced  # what the mean since the first data says
     assert paced_rate(t[:60], n[:60], 0) is None  # no pause yet
+
+
+def test_the_paced_rate_is_not_slowed_by_one_late_read() -> None:
+    # vsftpd at 1 MB/s (64 KiB every 65.5 ms); the client, busy opening
+    # connections, reads the 5th burst 50 ms late, 15 ms before the 6th
+    period = 65536 / 1e6
+    times = [period * k + i * 0.29e-3 for k in range(8) for i in range(45)]
+    times[5 * 45:6 * 45] = [times[5 * 45] + 0.05 + i * 1e-6 for i in range(45)]
+    t, n = _arrivals(times)
+    paced = paced_rate(t, n, 0)
+    assert paced is not None and paced == pytest.approx(45 * 1448 / period, rel=0.05)
+    # read from the end of the first pause to the late read (the end of the
+    # longest pause), the pace seems slower by the read's 50 ms
+    first, late = int(t[45]), int(t[5 * 45])
+    assert int(n[45:5 * 45].sum()) / ((late - first) / 1e9) < 0.85 * paced
 
 
 def test_a_start_that_overran_a_shapers_queue_is_not_a_servers_limit() -> None:
