@@ -156,6 +156,37 @@ def test_the_ftp_transport_reaches_the_data_without_heavy_imports(
     assert loaded == "[]"
 
 
+def test_a_coordinators_answer_becomes_transfers_without_dataclasses(tmp_path: Path) -> None:
+    """The answer's transfers (early.plan_transfers) are worked out while the CLI
+    still loads: with what start() loads while the request is out, nothing
+    heavy, and the starts are where the engine will cut (2 portions, one of
+    them advised 2 connections)."""
+    answer = {
+        "file": {"size": 64 * 1024 * 1024, "piece_size": None},
+        "assignments": [
+            {"url": "ftp://a/f", "offset": 0, "length": 32 * 1024 * 1024,
+             "connections": 1, "expected_bps": 20e6},
+            {"url": "ftp://b/f", "offset": 32 * 1024 * 1024, "length": 32 * 1024 * 1024,
+             "connections": 2, "expected_bps": 20e6},
+        ],
+    }
+    code = (
+        "import sys, json\n"
+        "from pftp_client import early\n"
+        "for m in ('pftp_client.transports.ftp', 'pftp_client.advice',"
+        " 'pftp_client.piece_size'):\n"
+        "    __import__(m)\n"
+        f"print(json.dumps(early.plan_transfers({answer!r}, 1e9, 8)))\n"
+        "print(sorted(m for m in ('dataclasses', 'inspect', 'pftp_client.pieces',"
+        " 'logging') if m in sys.modules))\n"
+    )
+    transfers, loaded = _run(code, tmp_path).strip().splitlines()
+    starts = json.loads(transfers)
+    assert [u for u, _ in starts].count("ftp://b/f") == 2
+    assert ["ftp://a/f", 0] in starts and ["ftp://b/f", 32 * 1024 * 1024] in starts
+    assert loaded == "[]"
+
+
 def test_public_api_resolves_lazily() -> None:
     import pftp_client
     from pftp_client import download

@@ -121,7 +121,7 @@ def plan_transfers(answer: Any, access_bps: float | None, max_connections: int) 
     (advice.transfer_starts, cut as the engine will cut them). None when the
     answer is not shaped so (download() checks it and says what is wrong)."""
     from pftp_client.advice import transfer_starts
-    from pftp_client.pieces import choose_piece_size
+    from pftp_client.piece_size import choose_piece_size
 
     try:
         f = answer["file"]
@@ -490,6 +490,15 @@ def start(argv: Sequence[str]) -> int:
             # The CLI's imports would hold the GIL while the request is being
             # written (~30 ms later in the lab); its few milliseconds go first.
             plan.sent.wait(_PLAN_HEAD_START_S)
+            if plan.key is not None:
+                # What the answer's transfers need, loaded here while it is on its
+                # way: loaded by the plan's and the probes' threads, each import
+                # shared the GIL with the CLI's, and the first SYN left 30-50 ms
+                # after the answer had come (lab, session 25). The CLI needs them
+                # anyway. The probes' transport first: the plan's own are light.
+                for module in ("pftp_client.transports.ftp", "pftp_client.advice",
+                               "pftp_client.piece_size"):
+                    __import__(module)
         return 0
     # Imported here, not in the probe threads: they would compete with the CLI's
     # imports for the GIL, and the CLI needs this module anyway. Nothing else is

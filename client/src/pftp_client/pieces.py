@@ -11,29 +11,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KIB = 1024
-MIB = 1024 * KIB
-MIN_PIECE = 64 * KIB
-MAX_PIECE = 4 * MIB
-# Paper 000 III: the number of blocks B should be much larger than the number
-# of servers M; 16 blocks per flow keeps the tail short for small files.
-PIECES_PER_FLOW = 16
+from pftp_client.piece_size import (  # noqa: F401  (the geometry's constants, here too)
+    KIB,
+    MAX_PIECE,
+    MIB,
+    MIN_PIECE,
+    PIECES_PER_FLOW,
+    choose_piece_size,
+)
+
 # Work is split at multiples of this (not of the piece size): paper 000's
 # termination idle time is bounded by one split unit over the slowest rate, and
 # with 256 KiB pieces a 2 Mbit/s mirror would hold the download ~1 s at the end.
 SPLIT_UNIT = 16 * KIB
-
-
-def choose_piece_size(size: int, flows: int, hashed_piece_size: int | None = None) -> int:
-    """Piece hashes fix the piece size; otherwise the largest power of two with
-    at least ``PIECES_PER_FLOW`` pieces per flow, clamped to [64 KiB, 4 MiB]."""
-    if hashed_piece_size:
-        return hashed_piece_size
-    target = size // max(1, flows * PIECES_PER_FLOW)
-    piece = MIN_PIECE
-    while piece * 2 <= target and piece < MAX_PIECE:
-        piece *= 2
-    return piece
 
 
 def split_unit(piece_size: int) -> int:
