@@ -268,10 +268,6 @@ class EngineConfig:
     stream_gain: float = 1.25
     stream_judge_s: float = 0.75
     stream_judge_rtts: float = 6.0
-    # A flow's first data counts from its arrival when it reached the engine at
-    # most this late (the head start's reads, session 25: 0.1-0.15 s); a later
-    # "arrival" is on another clock.
-    first_data_lag_s: float = 1.0
     # The early look (streams.paused_share): from stream_early_first_s after a
     # mirror's first connection's first data, every stream_early_every_s until
     # stream_early_s, read from stream_early_skip_s on, a connection paused at
@@ -400,7 +396,7 @@ class Flow:
     wait_mark: tuple[int, int] | None = None  # its waited receives (count, bytes) lately
     rx_mark: tuple[float, int] | None = None  # (clock, bytes received) a round ago
     round_Bps: float | None = None  # bytes/s over the last monitor round
-    first_data: float | None = None  # when its first block arrived (any lane)
+    first_data: float | None = None  # clock of its first block (any lane)
     round_from: float | None = None  # when its last monitor round began
     round_before: float | None = None  # ... and the one before it
     early_looked: bool = False  # its first second was read (_early_look)
@@ -2650,11 +2646,11 @@ class DownloadEngine:
                 flow.gap_s = now - flow.last_data  # (within a lane: not a switch)
             flow.last_data = now
             if flow.first_data is None:
-                # (from its arrival: a head start's first bytes reach the engine
-                # 0.1-0.15 s after they came, once its modules have loaded, and
-                # the early look reads the arrivals from then on)
-                came = arrival_ns / 1e9
-                flow.first_data = came if 0.0 <= now - came <= self.cfg.first_data_lag_s else now
+                # (the engine's clock, not the arrival: a head start's first bytes
+                # reach the engine 0.1-0.15 s after they came, and the early look,
+                # counted from their arrival, read link-limited slow starts as
+                # limits: 2 of 9 heterogeneous runs, session 25)
+                flow.first_data = now
             if self._lead_phase == "probing" and flow.id == self._lead_name:
                 self._judge_lead(now)
             if lane.kind == "duplicate" and lane.shadow_of is not None:
