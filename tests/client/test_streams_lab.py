@@ -473,6 +473,52 @@ def test_a_trial_that_paid_keeps_only_what_the_path_takes(tmp_path: Path) -> Non
 
 
 @pytest.mark.lab
+def test_a_trial_that_scaled_is_kept_without_waiting_for_the_round(tmp_path: Path) -> None:
+    """vsftpd at 1 MB/s per connection behind 40 Mbit/s, the early look off (as
+    when it missed), 2 connections at most: the monitor round's idle signal tries
+    the second; it carries what the first did, so it is kept as soon as it can be
+    judged (here 0.3 s past its first data), not at the next round (1 s after the
+    trial), and a mirror with room left would get the next ones then
+    (engine._judge_clear_gains)."""
+    src = tmp_path / "data.bin"
+    digest = make_file(src, SIZE, seed=6)
+    spec = MirrorSpec(rate_bps=40 * MBIT, kind="vsftpd", conn_rate_Bps=LIMIT, name="limited")
+    out = tmp_path / "out" / "data.bin"
+    out.parent.mkdir()
+    out.parent.chmod(0o777)
+    with Lab([spec], files={"data.bin": src}) as lab:
+        code = (
+            "import json, logging, sys\n"
+            "logging.basicConfig(level=logging.INFO, stream=sys.stderr,"
+            " format='%(created).3f %(message)s')\n"
+            "from pftp_client import download\n"
+            "from pftp_client.engine import EngineConfig\n"
+            "cfg = EngineConfig(stream_early_first_s=60.0, stream_early_s=60.0,"
+            " stream_judge_s=0.3)\n"
+            f"s = download(mirrors=[{lab.mirror(0).ftp_url('data.bin')!r}], output={str(out)!r},"
+            f" sha256={digest!r}, config=cfg, max_connections=2, report=False,"
+            " access_bandwidth_bps=None)\n"
+            "print(json.dumps(s.to_json_dict()))\n"
+        )
+        env = {**os.environ, "XDG_CACHE_HOME": str(out.parent)}
+        env.pop("PFTP_ACCESS_BANDWIDTH", None)
+        proc = lab.popen_in("client", [sys.executable, "-c", code], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr[-2000:]
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["sha256_verified"]
+    started = [float(ln.split()[0]) for ln in stderr.splitlines()
+               if ": stream: another connection: its connection idle" in ln]
+    kept = [float(ln.split()[0]) for ln in stderr.splitlines() if ": kept (" in ln]
+    print(summary["seconds"], started, kept)
+    assert len(started) == 1 and len(kept) == 1
+    assert 0.3 < kept[0] - started[0] < 0.8
+    # one connection cannot carry more than LIMIT: the second carried its share
+    assert SIZE / summary["seconds"] > 1.3 * LIMIT
+
+
+@pytest.mark.lab
 def test_connections_a_mirror_refuses_cost_nothing_but_their_attempt(tmp_path: Path) -> None:
     """vsftpd takes 2 connections from one address and answers "421 too many" to
     the rest: those go at once, without retries, their ranges back to the

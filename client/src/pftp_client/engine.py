@@ -1823,6 +1823,75 @@ class DownloadEngine:
         for trial in list(self._stream_trials.values()):
             self._judge_trial(trial, now)
 
+    def _trial_ready(self, trial: StreamTrial, now: float) -> bool:
+        """Lock held: have ``trial``'s live extra connections all run long enough
+        past their first data to be judged?"""
+        live = [self.flows[i] for i in trial.streams
+                if self.flows[i].alive and not self.flows[i].cancel.is_set()]
+        firsts = [e.first_data for e in live]
+        if not live or None in firsts:
+            return False
+        first = max(t for t in firsts if t is not None)
+        rtt = max(self._path_rtt(e) for e in live)
+        return now - first >= max(self.cfg.stream_judge_s, self.cfg.stream_judge_rtts * rtt)
+
+    def _trial_rates(self, trial: StreamTrial, now: float) -> tuple[float, float, dict[str, float]]:
+        """Lock held: (the mirror's rate with the trial's connections, the other
+        mirrors', each of the mirror's flows' own) since the trial began; a new
+        connection's from its first data (its slow start is counted: a margin)."""
+        after = 0.0
+        others = 0.0
+        own: dict[str, float] = {}
+        name = self.flows[trial.streams[0]].mirror.name
+        for g in self.flows.values():
+            if g.id in trial.streams:
+                if g.first_data is not None and now > g.first_data:
+                    own[g.id] = g.stats.received / (now - g.first_data)
+            elif g.mirror.name == name:
+                own[g.id] = (g.stats.received - trial.received.get(g.id, 0)) / (now - trial.at)
+            elif g.id in trial.received and g.alive and not g.parked and not g.standby:
+                others += (g.stats.received - trial.received[g.id]) / (now - trial.at)
+        after = sum(own.values())
+        return after, others, own
+
+    def _judge_clear_gains(self, now: float) -> None:
+        """Lock held, between monitor rounds: a trial whose rate grew with its
+        connections (each new one carrying what an old one did: a server's limit on
+        a path with room) is kept as soon as it can be judged, and the next one,
+        doubling them, starts at once. A missed limit grew 1 -> 2 -> 4 a round at a
+        time (lab, session 25: 2 s more); any other verdict waits for the round."""
+        for trial in list(self._stream_trials.values()):
+            if not self._trial_ready(trial, now):
+                continue
+            after, others, own = self._trial_rates(trial, now)
+            live = [i for i in trial.streams
+                    if self.flows[i].alive and not self.flows[i].cancel.is_set()]
+            need = needed_gain(trial.connections, len(live), self.cfg.stream_gain)
+            if not (
+                gained(trial.before_Bps, after, need)
+                and scales(trial.connections, len(live), trial.before_Bps, after)
+                and (not trial.check_others
+                     or others_kept(trial.others_Bps, others, after - trial.before_Bps))
+            ):
+                continue
+            self._judge_trial(trial, now)
+            reason = self._stream_more.pop(trial.mirror, None)
+            if reason is None or self._trials_barred(self._aggregate.rate(now)):
+                if reason is not None:
+                    self._stream_more[trial.mirror] = reason  # (the round tries)
+                continue
+            # (the rates it is judged on: each flow's since the trial began)
+            flows = [g for g in self.flows.values() if g.id in own and g.alive]
+            for g in flows:
+                g.round_Bps = own[g.id]
+            ready = [g for g in flows if self._may_add_streams(g) and g.lane is not None]
+            if not ready:
+                self._stream_more[trial.mirror] = reason
+                continue
+            f = max(ready, key=lambda g: g.lane.owned_end - g.lane.reserved)  # type: ignore[union-attr]
+            self._start_trial(f, 3.0, "scaled", now, {}, {}, {}, bool(self.cfg.access_bps),
+                              reason=reason)
+
     def _judge_trial(self, trial: StreamTrial, now: float) -> None:
         """Lock held: one mirror's trial (_judge_stream)."""
         extras = [self.flows[i] for i in trial.streams]
@@ -1839,22 +1908,9 @@ class DownloadEngine:
                     self._event("stream", e, f"no data within {self.cfg.timeout:.0f} s: "
                                 "it takes no more work")
             return
-        if waiting:
+        if waiting or not self._trial_ready(trial, now):
             return
-        first = max(t for t in firsts if t is not None)
-        rtt = max(self._path_rtt(e) for e in live)
-        if now - first < max(self.cfg.stream_judge_s, self.cfg.stream_judge_rtts * rtt):
-            return
-        after = 0.0
-        others = 0.0
-        for g in self.flows.values():
-            if g.id in trial.streams:
-                if g.first_data is not None and now > g.first_data:
-                    after += g.stats.received / (now - g.first_data)
-            elif g.mirror.name == extras[0].mirror.name:
-                after += (g.stats.received - trial.received.get(g.id, 0)) / (now - trial.at)
-            elif g.id in trial.received and g.alive and not g.parked and not g.standby:
-                others += (g.stats.received - trial.received[g.id]) / (now - trial.at)
+        after, others, _own = self._trial_rates(trial, now)
         del self._stream_trials[trial.mirror]
         # (those the mirror refused are gone: it is judged on those it took)
         need = needed_gain(trial.connections, len(live), self.cfg.stream_gain)
@@ -2919,6 +2975,12 @@ class DownloadEngine:
                         early = self._early_look_due()
                     if early is not None:
                         due = early if due is None else min(due, early)
+                    if self._stream_trials:
+                        self._judge_clear_gains(now)
+                        if self._stream_trials:
+                            # (looked at again soon: when it can be judged is per trial)
+                            soon = now + self.cfg.stream_early_every_s * 4
+                            due = soon if due is None else min(due, soon)
                     self._lock.wait(left if due is None else min(left, max(0.01, due - now)))
                 if self._finished or self._abort is not None:
                     return
