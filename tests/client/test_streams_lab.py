@@ -479,7 +479,7 @@ def test_a_trial_that_scaled_is_kept_without_waiting_for_the_round(tmp_path: Pat
     the second; it carries what the first did, so it is kept as soon as it can be
     judged (here 0.3 s past its first data), not at the next round (1 s after the
     trial), and a mirror with room left would get the next ones then
-    (engine._judge_clear_gains)."""
+    (engine._judge_trial clear_only, _double_now)."""
     src = tmp_path / "data.bin"
     digest = make_file(src, SIZE, seed=6)
     spec = MirrorSpec(rate_bps=40 * MBIT, kind="vsftpd", conn_rate_Bps=LIMIT, name="limited")

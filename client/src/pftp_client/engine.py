@@ -1823,23 +1823,22 @@ class DownloadEngine:
         for trial in list(self._stream_trials.values()):
             self._judge_trial(trial, now)
 
-    def _trial_ready(self, trial: StreamTrial, now: float) -> bool:
-        """Lock held: have ``trial``'s live extra connections all run long enough
-        past their first data to be judged?"""
+    def _trial_ready_at(self, trial: StreamTrial) -> float | None:
+        """Lock held: when ``trial``'s live extra connections will all have run long
+        enough past their first data to be judged (None: not all have data yet)."""
         live = [self.flows[i] for i in trial.streams
                 if self.flows[i].alive and not self.flows[i].cancel.is_set()]
         firsts = [e.first_data for e in live]
         if not live or None in firsts:
-            return False
-        first = max(t for t in firsts if t is not None)
+            return None
         rtt = max(self._path_rtt(e) for e in live)
-        return now - first >= max(self.cfg.stream_judge_s, self.cfg.stream_judge_rtts * rtt)
+        return (max(t for t in firsts if t is not None)
+                + max(self.cfg.stream_judge_s, self.cfg.stream_judge_rtts * rtt))
 
-    def _trial_rates(self, trial: StreamTrial, now: float) -> tuple[float, float, dict[str, float]]:
-        """Lock held: (the mirror's rate with the trial's connections, the other
-        mirrors', each of the mirror's flows' own) since the trial began; a new
-        connection's from its first data (its slow start is counted: a margin)."""
-        after = 0.0
+    def _trial_rates(self, trial: StreamTrial, now: float) -> tuple[float, dict[str, float]]:
+        """Lock held: (the other mirrors' rate, each of the trial's mirror's flows'
+        own) since the trial began; a new connection's from its first data (its
+        slow start is counted: a margin)."""
         others = 0.0
         own: dict[str, float] = {}
         name = self.flows[trial.streams[0]].mirror.name
@@ -1851,49 +1850,43 @@ class DownloadEngine:
                 own[g.id] = (g.stats.received - trial.received.get(g.id, 0)) / (now - trial.at)
             elif g.id in trial.received and g.alive and not g.parked and not g.standby:
                 others += (g.stats.received - trial.received[g.id]) / (now - trial.at)
-        after = sum(own.values())
-        return after, others, own
+        return others, own
 
-    def _judge_clear_gains(self, now: float) -> None:
-        """Lock held, between monitor rounds: a trial whose rate grew with its
-        connections (each new one carrying what an old one did: a server's limit on
-        a path with room) is kept as soon as it can be judged, and the next one,
-        doubling them, starts at once. A missed limit grew 1 -> 2 -> 4 a round at a
-        time (lab, session 25: 2 s more); any other verdict waits for the round."""
+    def _trials_due(self, now: float) -> float | None:
+        """Lock held, between monitor rounds: judge the trials that can be and
+        clearly paid (_judge_trial's ``clear_only``); when the next can be."""
+        due = None
         for trial in list(self._stream_trials.values()):
-            if not self._trial_ready(trial, now):
-                continue
-            after, others, own = self._trial_rates(trial, now)
-            live = [i for i in trial.streams
-                    if self.flows[i].alive and not self.flows[i].cancel.is_set()]
-            need = needed_gain(trial.connections, len(live), self.cfg.stream_gain)
-            if not (
-                gained(trial.before_Bps, after, need)
-                and scales(trial.connections, len(live), trial.before_Bps, after)
-                and (not trial.check_others
-                     or others_kept(trial.others_Bps, others, after - trial.before_Bps))
-            ):
-                continue
-            self._judge_trial(trial, now)
-            reason = self._stream_more.pop(trial.mirror, None)
-            if reason is None or self._trials_barred(self._aggregate.rate(now)):
-                if reason is not None:
-                    self._stream_more[trial.mirror] = reason  # (the round tries)
-                continue
-            # (the rates it is judged on: each flow's since the trial began)
-            flows = [g for g in self.flows.values() if g.id in own and g.alive]
-            for g in flows:
-                g.round_Bps = own[g.id]
-            ready = [g for g in flows if self._may_add_streams(g) and g.lane is not None]
-            if not ready:
-                self._stream_more[trial.mirror] = reason
-                continue
-            f = max(ready, key=lambda g: g.lane.owned_end - g.lane.reserved)  # type: ignore[union-attr]
-            self._start_trial(f, 3.0, "scaled", now, {}, {}, {}, bool(self.cfg.access_bps),
-                              reason=reason)
+            at = self._trial_ready_at(trial)
+            if at is not None and at <= now:
+                self._judge_trial(trial, now, clear_only=True)
+            elif at is not None:
+                due = at if due is None else min(due, at)
+        return due
 
-    def _judge_trial(self, trial: StreamTrial, now: float) -> None:
-        """Lock held: one mirror's trial (_judge_stream)."""
+    def _double_now(self, mirror: str, rates: dict[str, float], now: float) -> None:
+        """Lock held: the trial of ``mirror`` just kept scaled: the next one,
+        doubling its connections, starts now instead of at the next round (a
+        missed limit grew 1 -> 2 -> 4 a round at a time: lab, session 25, 2 s
+        more), judged against the rates the last was kept on."""
+        reason = self._stream_more.get(mirror)
+        if reason is None or self._trials_barred(self._aggregate.rate(now)):
+            return  # (the round tries)
+        flows = [g for g in self.flows.values() if g.id in rates and g.alive]
+        ready = [g for g in flows if self._may_add_streams(g) and g.lane is not None]
+        if not ready:
+            return
+        del self._stream_more[mirror]
+        for g in flows:
+            g.round_Bps = rates[g.id]
+        f = max(ready, key=lambda g: g.lane.owned_end - g.lane.reserved)  # type: ignore[union-attr]
+        self._start_trial(f, 3.0, "scaled", now, {}, {}, {}, bool(self.cfg.access_bps),
+                          reason=reason)
+
+    def _judge_trial(self, trial: StreamTrial, now: float, clear_only: bool = False) -> None:
+        """Lock held: one mirror's trial (_judge_stream). ``clear_only`` (between
+        rounds): only a trial whose rate grew with its connections is judged, kept,
+        and doubled at once (_double_now); any other waits for the round."""
         extras = [self.flows[i] for i in trial.streams]
         live = [e for e in extras if e.alive and not e.cancel.is_set()]
         # (its first data on any range: one between ranges has no lane for a moment)
@@ -1908,12 +1901,21 @@ class DownloadEngine:
                     self._event("stream", e, f"no data within {self.cfg.timeout:.0f} s: "
                                 "it takes no more work")
             return
-        if waiting or not self._trial_ready(trial, now):
+        ready = self._trial_ready_at(trial)
+        if ready is None or now < ready:
             return
-        after, others, _own = self._trial_rates(trial, now)
-        del self._stream_trials[trial.mirror]
+        others, own = self._trial_rates(trial, now)
+        after = sum(own.values())
         # (those the mirror refused are gone: it is judged on those it took)
         need = needed_gain(trial.connections, len(live), self.cfg.stream_gain)
+        if clear_only and not (
+            gained(trial.before_Bps, after, need)
+            and scales(trial.connections, len(live), trial.before_Bps, after)
+            and (not trial.check_others
+                 or others_kept(trial.others_Bps, others, after - trial.before_Bps))
+        ):
+            return
+        del self._stream_trials[trial.mirror]
         figures = (f"{trial.before_Bps * 8 / 1e6:.2f} -> {after * 8 / 1e6:.2f} Mbit/s "
                    f"with {len(live)} more (needed x{need:.2f})")
         ok = gained(trial.before_Bps, after, need)
@@ -1964,6 +1966,8 @@ class DownloadEngine:
                     f"its rate grew x{after / max(trial.before_Bps, 1.0):.2f} with "
                     f"{len(live)} more connections"
                 )
+                if clear_only:
+                    self._double_now(trial.mirror, own, now)
             return
         # (cut, not left to finish: a path that did not grow is now split among
         # them; what they leave goes back to the pool, for any flow)
@@ -2976,11 +2980,9 @@ class DownloadEngine:
                     if early is not None:
                         due = early if due is None else min(due, early)
                     if self._stream_trials:
-                        self._judge_clear_gains(now)
-                        if self._stream_trials:
-                            # (looked at again soon: when it can be judged is per trial)
-                            soon = now + self.cfg.stream_early_every_s * 4
-                            due = soon if due is None else min(due, soon)
+                        judge = self._trials_due(now)
+                        if judge is not None:
+                            due = judge if due is None else min(due, judge)
                     self._lock.wait(left if due is None else min(left, max(0.01, due - now)))
                 if self._finished or self._abort is not None:
                     return

@@ -118,13 +118,12 @@ def idle_share(
 
 def _pauses(
     times_ns: np.ndarray, nbytes: np.ndarray, since_ns: int, min_arrivals: int,
-    pause_s: float | None, cluster: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """The arrivals since ``since_ns`` (times, bytes), the gaps between them (s) and
-    the indices of those gaps that are pauses (paused_share says what a pause is);
-    None with fewer than ``min_arrivals`` arrivals. ``cluster``: only the gaps at
-    least half as long as the typical one of those (the long gaps, not the
-    short ones within a burst)."""
+    pause_s: float | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The arrivals since ``since_ns`` (times, bytes), the gaps between them (s),
+    the indices of those gaps that are pauses (paused_share says what a pause is)
+    and of the long ones among them (at least half the typical pause: not a burst
+    stalled halfway); None with fewer than ``min_arrivals`` arrivals."""
     import numpy as np
 
     keep = times_ns >= since_ns
@@ -133,11 +132,11 @@ def _pauses(
         return None
     gaps = np.diff(t) / 1e9
     floor = max(10.0 * float(np.median(gaps)) if pause_s is None else pause_s, 0.005)
-    if cluster:
-        long = gaps[gaps > floor]
-        if long.size:
-            floor = max(floor, 0.5 * float(np.median(long)))
-    return t, nbytes[keep], gaps, np.flatnonzero(gaps > floor)
+    pause = np.flatnonzero(gaps > floor)
+    long = pause
+    if pause.size:
+        long = pause[gaps[pause] > 0.5 * float(np.median(gaps[pause]))]
+    return t, nbytes[keep], gaps, pause, long
 
 
 def paused_share(
@@ -173,25 +172,24 @@ def paused_share(
     readings whose bursts are even is returned."""
     import numpy as np
 
+    found = _pauses(times_ns, nbytes, since_ns, max(min_arrivals, 2), pause_s)
+    if found is None:
+        return None
+    t, b, gaps, every, long = found
+    span = (int(t[-1]) - int(t[0])) / 1e9
+    upto = np.cumsum(b)
     best: float | None = None
-    for cluster in (False, True):
-        found = _pauses(times_ns, nbytes, since_ns, max(min_arrivals, 2), pause_s, cluster)
-        if found is None:
-            return None
-        t, b, gaps, pause = found
-        if pause.size < min_pauses:
+    for pause in (every, long) if long.size < every.size else (every,):
+        if pause.size < min_pauses or span <= 0:
             continue
         # bytes that arrived between one pause and the next
-        upto = np.cumsum(b)
         bursts = np.diff(upto[pause]).astype(float)
         if bursts.size < 2 or float(bursts.mean()) <= 0 or float(bursts.min()) < min_burst:
             continue
         if float(bursts.std()) > max_spread * float(bursts.mean()):
             continue
-        span = (int(t[-1]) - int(t[0])) / 1e9
-        if span > 0:
-            share = float(gaps[pause].sum()) / span
-            best = share if best is None else max(best, share)
+        share = float(gaps[pause].sum()) / span
+        best = share if best is None else max(best, share)
     return best
 
 
@@ -203,16 +201,16 @@ def paced_rate(
     pause to the end of the next, pauses as paused_share finds them); None with
     fewer than two pauses. A mean that begins at its first data also counts the
     start's burst (vsftpd writes two at once) and reads a 10 Mbit/s limit as up
-    to 15; one over all the periods takes a late read (the client busy opening
-    connections, a period's burst read with the next) as a slower pace (lab,
-    session 25: 1 MB/s read as 0.7), and a burst that stalls halfway as two
-    periods. The median of the periods' rates is neither."""
+    to 15; one over all the periods takes a late read (the client stalled, a
+    period's burst read with the next) as a slower pace (lab, session 25: 1 MB/s
+    read as 0.7), and a burst that stalls halfway as two periods. The median of
+    the periods' rates is neither."""
     import numpy as np
 
     found = _pauses(times_ns, nbytes, since_ns, 3, pause_s)
     if found is None or found[3].size < 2:
         return None
-    t, b, _gaps, pause = found
+    t, b, _gaps, pause, _long = found
     ends = pause + 1
     upto = np.concatenate(([0], np.cumsum(b)))
     spans = (t[ends[1:]] - t[ends[:-1]]) / 1e9
