@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pftp_wire.tcp_model import slow_start_s
 
+from pftp_client import numpy_preload
 from pftp_client.advice import DEFAULT_MAX_CONNECTIONS, advised_count, split_work
 from pftp_client.advice import MIN_PART_BYTES as ADVISED_MIN_PART_BYTES
 from pftp_client.flow_observer import DetectorFactory, FlowObserver, FlowTimings
@@ -568,6 +569,9 @@ class DownloadEngine:
                 for src in self.plan.active:
                     self._start_flow(src, "active")
                 self._start_advised()
+        # (the monitor reads arrivals with numpy under the lock: loaded meanwhile,
+        # while the flows wait for their first round trips)
+        numpy_preload.start()
         monitor = threading.Thread(target=self._monitor, name="pftp-monitor", daemon=True)
         monitor.start()
         if self._detector_factory is not None:
@@ -1417,6 +1421,8 @@ class DownloadEngine:
         that pauses) and, while no other trial is on probation and the flows leave
         room on the access link (when it is known), give the flow that shows the
         strongest signal and qualifies more connections to its mirror."""
+        if not numpy_preload.ready():
+            return  # (a machine this slow: no trial this round rather than a stall)
         since = {f.id: f.rx_mark[0] for f in self.flows.values() if f.rx_mark is not None}
         losses: dict[str, float] = {}
         idles: dict[str, float] = {}
@@ -1603,6 +1609,8 @@ class DownloadEngine:
         the time are a server's per-connection limit; the mirror gets its
         connections now instead of after its first monitor round. Without that
         evidence yet, it is looked at again until stream_early_s."""
+        if not numpy_preload.ready():
+            return  # (looked at once it is loaded: the monitor polls meanwhile)
         looked = []
         held: dict[str, float | None] = {}
         for f in self.flows.values():

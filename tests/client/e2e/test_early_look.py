@@ -47,3 +47,56 @@ def test_one_look_when_first_and_last_are_the_same(tmp_path, ftp_mirrors):
     first = _first_stream(tmp_path, ftp_mirrors, cfg)
     assert "bursts" in first.detail, first
     assert first.at_s >= 1.8, first
+
+
+def test_numpy_loads_on_its_own_thread_not_under_the_engines_lock(tmp_path, ftp_mirrors):
+    """The look reads arrivals with numpy while the engine's lock is held; its first
+    import (~0.15 s) must not happen there (it held every flow's writes that long:
+    wide-area 1.15x -> 1.18x). In a fresh interpreter, with the shared-congestion
+    detector (which loads numpy too) off: numpy is imported by its loader thread,
+    and the look still finds the limit."""
+    import json
+    import subprocess
+    import sys
+
+    data = os.urandom(6 * 1024 * 1024)
+    m = ftp_mirrors({"b.bin": data}, 1, pace={0: 640 * 1024})[0]
+    out = tmp_path / "b.bin"
+    code = (
+        "import importlib.abc, json, sys, threading\n"
+        "seen = []\n"
+        "class Spy(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'numpy':\n"
+        "            seen.append(threading.current_thread().name)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Spy())\n"
+        "from pftp_client import EngineConfig, download\n"
+        "cfg = EngineConfig(timeout=10.0, stall_timeout=5.0, backoff_s=(0.2, 0.4, 0.8),\n"
+        "                   monitor_interval_s=3.0)\n"
+        f"s = download(mirrors=[{m.url('b.bin')!r}], output={str(out)!r},\n"
+        f"             sha256={hashlib.sha256(data).hexdigest()!r}, config=cfg,\n"
+        "             congestion='off')\n"
+        "print(json.dumps({'threads': seen, 'streams': [e.detail for e in s.events\n"
+        "                                                if e.kind == 'stream']}))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["threads"] == ["pftp-numpy-load"], got
+    assert any("bursts" in d for d in got["streams"]), got
+    assert out.read_bytes() == data
+
+
+def test_the_median_is_numpys_without_its_cost():
+    import math
+
+    import numpy as np
+    from pftp_client.streams import _median
+
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 3, 4, 5, 10, 11, 300, 301):
+        x = rng.exponential(1.0, n)
+        assert _median(x) == float(np.median(x)), n
+    assert math.isnan(_median(np.zeros(0)))
