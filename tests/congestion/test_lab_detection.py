@@ -53,6 +53,46 @@ def test_af_packet_capture_sees_only_data_from_the_filtered_port():
         other.close()
 
 
+def test_af_packet_capture_reads_in_batches_and_keeps_every_segment(monkeypatch):
+    """The capture thread wakes every _PAUSE_S and reads what queued meanwhile in
+    batches (here of 8 frames, so that each wake-up reads several): 2000 segments
+    of 1000 bytes, sent a little apart (loopback merges back-to-back sends into
+    one 64 KiB frame), are all kept, each with its own kernel time."""
+    from pftp_client.congestion import capture as cap_mod
+
+    monkeypatch.setattr(cap_mod, "_BATCH", 8)
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+
+    def serve():
+        c, _ = srv.accept()
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with c:
+            for _ in range(2000):
+                c.sendall(b"y" * 1000)
+                time.sleep(0.0002)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        with PacketCapture([port]) as cap:
+            time.sleep(0.1)
+            with socket.create_connection(("127.0.0.1", port)) as c:
+                got = 0
+                while chunk := c.recv(65536):
+                    got += len(chunk)
+            assert got == 2_000_000
+            time.sleep(0.2)
+        (key,) = cap.keys()
+        sizes = cap.sizes(key)
+        assert int(sizes.sum()) == 2_000_000
+        assert sizes.size == cap.packets_seen >= 1000  # (frames, not batches)
+        ts = cap.timestamps(key)
+        assert np.all(np.diff(ts) >= 0) and np.unique(ts).size > ts.size * 0.9
+    finally:
+        srv.close()
+
+
 def test_bpf_program_shape_and_segment_parser():
     prog = source_port_filter([21, 80])
     assert prog[-2] == (0x06, 0, 0, 128) and prog[-1] == (0x06, 0, 0, 0)
