@@ -489,6 +489,14 @@ class DownloadEngine:
         self._clock = clock
         self._t0 = clock()
         self._lock = threading.Condition()
+        # Released once the run is over (finished or aborted, _settle): what the
+        # main thread waits on, as a signal cuts a plain lock's acquire cleanly.
+        # A Condition's wait does not: CPython can raise Ctrl-C's exception between
+        # releasing the lock and taking it back, and the `with` then fails
+        # ("cannot release un-acquired lock": the Ctrl-C sweep, CI).
+        self._settled = threading.Lock()
+        self._settled.acquire()
+        self._settled_once = False
         self._ckpt_lock = threading.Lock()
         self._checkpoints_closed = False  # the file is complete: no more checkpoints
         self.done = done.copy() if done else RangeSet()
@@ -565,6 +573,7 @@ class DownloadEngine:
             self._assign_initial(todo)
             if not todo:
                 self._finished = True
+                self._settle()
             else:
                 for src in self.plan.active:
                     self._start_flow(src, "active")
@@ -582,9 +591,9 @@ class DownloadEngine:
                 daemon=True,
             ).start()
         try:
-            with self._lock:
-                while not self._finished and self._abort is None:
-                    self._lock.wait(0.5)
+            while not self._settled.acquire(timeout=0.5):
+                if self._finished or self._abort is not None:
+                    break  # (read without the lock: only a fallback)
         except BaseException as exc:  # Ctrl-C in the main thread
             self.abort(exc)
             raise
@@ -662,8 +671,15 @@ class DownloadEngine:
         with self._lock:
             if self._abort is None:
                 self._abort = exc
+            self._settle()
             self._lock.notify_all()
         self._stop_all()
+
+    def _settle(self) -> None:
+        """Lock held: the run is over (finished or aborted); wake the main thread."""
+        if not self._settled_once:
+            self._settled_once = True
+            self._settled.release()
 
     def elapsed(self) -> float:
         return self._clock() - self._t0
@@ -2843,6 +2859,7 @@ class DownloadEngine:
         self.committed.add(s, e)
         if self.committed.covers(0, self.size) and not self.repairs:
             self._finished = True
+            self._settle()
             self._stop_lanes()
         self._prefix_dirty = True
         self._lock.notify_all()
@@ -2931,6 +2948,7 @@ class DownloadEngine:
             self._abort = NoMirrorCouldServe(
                 f"no mirror left that could serve a correct copy of piece {self.repairs[0].piece}"
             )
+            self._settle()
             self._lock.notify_all()
             return True
         if not alive and not self.backups:
@@ -2942,6 +2960,7 @@ class DownloadEngine:
                     for f in self.flows.values()
                 )
             )
+            self._settle()
             self._lock.notify_all()
             return True
         if not alive and self.backups:
