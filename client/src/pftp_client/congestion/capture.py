@@ -229,9 +229,7 @@ class PacketCapture:
                 ready, _, _ = select.select([sock], [], [], 0.1)
                 if not ready:
                     continue
-                while (n := self._read_batch(sock)) == _BATCH:
-                    pass
-                if n < 0:
+                if not self._read_queued(sock):
                     return  # (the socket was closed)
                 # The kernel stamped each frame on arrival: read later, it loses no
                 # precision, and a wake-up per few frames (thousands a second) took
@@ -240,8 +238,7 @@ class PacketCapture:
             if self._discard:
                 return
             # stop() was called: take what the kernel already queued, then quit
-            while self._read_batch(sock) == _BATCH:
-                pass
+            self._read_queued(sock)
         finally:
             with self._lock:
                 self._thread_done = True
@@ -250,17 +247,24 @@ class PacketCapture:
                 sock.close()
                 self._sock = None
 
-    def _read_batch(self, sock: socket.socket, limit: int = 0) -> int:
-        """Read and record the frames queued, up to ``limit`` (default _BATCH);
-        how many were read, -1 when the socket was closed. At a few
-        thousand packets a second per flow, one select, one lock and one address
-        lookup per packet cost the flows' reader threads their interpreter time
-        (lab, 16 connections at 160 Mbit/s: ~20 % of a core)."""
+    def _read_queued(self, sock: socket.socket) -> bool:
+        """Read and record every frame queued, a batch at a time; False when the
+        socket was closed."""
+        while (n := self._read_batch(sock)) == _BATCH:
+            pass
+        return n >= 0
+
+    def _read_batch(self, sock: socket.socket) -> int:
+        """Read and record up to _BATCH queued frames; how many were read, -1 when
+        the socket was closed. At a few thousand packets a second per flow, one
+        select, one lock and one address lookup per packet cost the flows' reader
+        threads their interpreter time (lab, 16 connections at 160 Mbit/s: ~20 %
+        of a core)."""
         got: list[tuple[FlowKey, int, int]] = []
         recvmsg = sock.recvmsg
         space = _CMSG_SPACE
         n = 0
-        for n in range(1, (limit or _BATCH) + 1):
+        for n in range(1, _BATCH + 1):
             try:
                 data, ancdata, _flags, addr = recvmsg(SNAPLEN, space, socket.MSG_TRUNC)
             except BlockingIOError:
