@@ -192,6 +192,29 @@ def test_the_paced_rate_is_not_slowed_by_one_late_read() -> None:
     assert int(n[45:5 * 45].sum()) / ((late - first) / 1e9) < 0.85 * paced
 
 
+def test_the_paced_rate_of_a_server_that_stops_inside_its_bursts() -> None:
+    # pure-ftpd at 1.25 MB/s (lab arrivals, session 27): every 110 ms 48 KiB,
+    # 40 ms later 40 KiB, then after a ~7 ms stop 48 KiB more
+    def burst(at: float, kib: int) -> list[float]:
+        return [at + i * 1e-4 for i in range(kib * 1024 // 1448)]
+
+    times: list[float] = []
+    for c in range(6):
+        s = 0.11 * c
+        times += burst(s, 48) + burst(s + 0.04, 40) + burst(s + 0.0506, 48)
+    t, n = _arrivals(times)
+    limit = 136 * 1024 // 1448 * 1448 / 0.11
+    # read after 0.2 s, as the early look does: the 7 ms stops cut 10 ms
+    # periods at ~4x the limit between the 60 ms ones, and with every gap over
+    # 5 ms a pause the median of the four periods was ~2x the limit
+    found = _pauses(t, n, 0, 3, None)
+    assert found is not None and found[3].size > found[4].size  # the stops: pauses
+    for upto in (0.2, 0.25, 0.35, 0.6):
+        keep = t <= int(upto * 1e9)
+        paced = paced_rate(t[keep], n[keep], 0)
+        assert paced is not None and paced == pytest.approx(limit, rel=0.06), upto
+
+
 def test_a_start_that_overran_a_shapers_queue_is_not_a_servers_limit() -> None:
     # at a 20 Mbit/s link's pace, with two 90 ms stops (slow start's losses)
     smooth = np.arange(300) * 0.58e-3
