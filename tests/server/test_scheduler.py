@@ -18,8 +18,9 @@ import pytest
 from coordinator_testkit import wait_until
 from pftp_coordinator.config import Settings
 from pftp_coordinator.db import session_scope
-from pftp_coordinator.models import JobRun, PathProbe, UtilizationSample, utcnow
+from pftp_coordinator.models import JobRun, Mirror, PathProbe, UtilizationSample, utcnow
 from pftp_coordinator.retention import apply_retention
+from pftp_coordinator.scheduler import CoordinatorScheduler, first_run
 from pftp_coordinator.scheduler.jobs import run_job
 from pftp_coordinator.scheduler.locks import LocalJobLocks, PgLeaderLocks, lock_key
 from probe_db import add_mirror, migrated_factory, tree_root
@@ -44,6 +45,46 @@ def test_run_job_records_success_and_failure(sqlite_url):
     assert runs["ok-job"].ok and runs["ok-job"].runs == 1 and runs["ok-job"].finished_at
     assert runs["bad-job"].ok is False and runs["bad-job"].runs == 2
     assert "disk on fire" in runs["bad-job"].error
+
+
+def test_a_jobs_first_run_waits_an_interval_after_its_last() -> None:
+    now = utcnow()
+    # never run: after the start's delay and jitter
+    assert first_run(now, 300, 5, 2) == now + timedelta(seconds=7)
+    # run a minute ago: one interval after that, with the jitter
+    assert first_run(now, 300, 5, 2, now - timedelta(seconds=60)) == now + timedelta(seconds=242)
+    # run long ago: due, so after the start's delay only
+    assert first_run(now, 300, 5, 2, now - timedelta(hours=3)) == now + timedelta(seconds=7)
+    # a last run stamped in the future (another host's clock) counts as now
+    assert first_run(now, 300, 5, 0, now + timedelta(days=2)) == now + timedelta(seconds=300)
+
+
+def test_a_restarted_coordinator_does_not_probe_fresh_mirrors_again(sqlite_url):
+    # `probe --all` then `serve` (the lab bench, an operator), or a restart: the
+    # mirrors read a minute ago are not read again 5 s after the start, under the
+    # downloads of the clients the coordinator is already serving
+    factory = migrated_factory(sqlite_url)
+    fresh = add_mirror(factory, "fresh", "ftp://10.2.0.1/")
+    new = add_mirror(factory, "new", "ftp://10.2.0.2/")
+    now = utcnow()
+    with session_scope(factory) as s:
+        m = s.get(Mirror, fresh)
+        m.last_probe_at = now - timedelta(seconds=60)
+        m.last_scan_at = now - timedelta(seconds=10)
+    settings = Settings(
+        database_url=sqlite_url, probe_interval_s=300, probe_jitter_s=0, scan_interval_s=3600
+    )
+    sched = CoordinatorScheduler(settings, factory, LocalJobLocks())
+    sched.scheduler.start(paused=True)
+    try:
+        sched.sync_mirror_jobs()
+        due = {j.id: (j.next_run_time - now).total_seconds() for j in sched.scheduler.get_jobs()}
+    finally:
+        sched.scheduler.shutdown(wait=False)
+    assert due[f"probe:{fresh}"] == pytest.approx(240, abs=2)
+    assert due[f"scan:{fresh}"] == pytest.approx(3590, abs=2)
+    assert due[f"probe:{new}"] == pytest.approx(5, abs=2)
+    assert due[f"scan:{new}"] == pytest.approx(5, abs=2)
 
 
 def test_pg_leadership_moves_when_holder_goes(pg_url):
@@ -80,8 +121,14 @@ def test_retention_aggregates_hourly(db_url):
             )
             # throughput rows: the hour's connections are the most any probe needed
             s.add(
-                PathProbe(mirror_id=mid, ts=ts, method="ftp-range", ok=True,
-                          throughput_bps=1e6 * (i + 1), connections=[1, None, 3, None, None, 2][i])
+                PathProbe(
+                    mirror_id=mid,
+                    ts=ts,
+                    method="ftp-range",
+                    ok=True,
+                    throughput_bps=1e6 * (i + 1),
+                    connections=[1, None, 3, None, None, 2][i],
+                )
             )
         s.add(PathProbe(mirror_id=mid, ts=now, method="tcp-connect", ok=True, rtt_s=0.5))
     out = apply_retention(factory, Settings(database_url=None, retention_days=30))

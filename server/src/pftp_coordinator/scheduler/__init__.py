@@ -6,6 +6,10 @@ Jobs:
 - ``probe:<mirror id>`` every probe_interval_s (+ jitter), "probes" executor of
   probe_concurrency threads (bounded concurrency);
 - ``scan:<mirror id>`` every scan_interval_s (+ jitter);
+  a mirror's first probe and scan come one interval after its last recorded one
+  (``Mirror.last_probe_at`` / ``last_scan_at``), so that a restarted coordinator,
+  or ``serve`` after an operator's ``probe --all``, does not read every mirror
+  again within seconds, over the paths its clients are downloading on;
 - ``predictor-refit`` every predictor_refit_interval_s;
 - ``retention`` every retention_interval_s;
 - a local, unlocked ``mirror-sync`` that adds/removes per-mirror jobs as mirrors
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import random
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -39,7 +43,26 @@ log = logging.getLogger(__name__)
 
 MIRROR_SYNC_S = 30.0
 
-__all__ = ["CoordinatorScheduler", "start_scheduler"]
+__all__ = ["CoordinatorScheduler", "first_run", "start_scheduler"]
+
+
+def first_run(
+    now: datetime,
+    interval_s: float,
+    delay_s: float,
+    jitter_s: float,
+    last_at: datetime | None = None,
+) -> datetime:
+    """When a job first runs: after a short delay (plus jitter, so that mirrors
+    added together do not probe in lockstep), and not before one interval after its
+    last recorded run (``last_at``, e.g. the mirror's last probe); later runs come
+    every interval from that one. A ``last_at`` in the future (another host's
+    clock) counts as now."""
+    first = now + timedelta(seconds=delay_s + jitter_s)
+    if last_at is not None:
+        due = min(last_at, now) + timedelta(seconds=interval_s + jitter_s)
+        first = max(first, due)
+    return first
 
 
 class CoordinatorScheduler:
@@ -86,11 +109,15 @@ class CoordinatorScheduler:
         *,
         jitter_s: float = 0.0,
         executor: str = "default",
+        last_at: datetime | None = None,
     ) -> None:
-        # The first run after a short delay (plus jitter, so mirrors added together do
-        # not probe in lockstep), then every interval counted from that first run.
-        delay = self.first_run_delay_s + random.uniform(0, min(jitter_s, interval_s))
-        first = datetime.now().astimezone() + timedelta(seconds=delay)
+        first = first_run(
+            datetime.now(UTC),
+            interval_s,
+            self.first_run_delay_s,
+            random.uniform(0, min(jitter_s, interval_s)),
+            last_at,
+        )
         self.scheduler.add_job(
             self._locked(job, fn, interval_s),
             IntervalTrigger(
@@ -105,7 +132,15 @@ class CoordinatorScheduler:
     def sync_mirror_jobs(self) -> None:
         s = self.settings
         with session_scope(self.factory) as session:
-            ids = set(session.scalars(select(Mirror.id).where(Mirror.enabled.is_(True))))
+            last = {
+                mid: (probed, scanned)
+                for mid, probed, scanned in session.execute(
+                    select(Mirror.id, Mirror.last_probe_at, Mirror.last_scan_at).where(
+                        Mirror.enabled.is_(True)
+                    )
+                )
+            }
+        ids = set(last)
         have = {j.id for j in self.scheduler.get_jobs()}
         for mid in ids:
             if f"probe:{mid}" not in have:
@@ -115,6 +150,7 @@ class CoordinatorScheduler:
                     s.probe_interval_s,
                     jitter_s=s.probe_jitter_s,
                     executor="probes",
+                    last_at=last[mid][0],
                 )
             if f"scan:{mid}" not in have:
                 self._add(
@@ -124,6 +160,7 @@ class CoordinatorScheduler:
                     ),
                     s.scan_interval_s,
                     jitter_s=min(s.probe_jitter_s, s.scan_interval_s),
+                    last_at=last[mid][1],
                 )
         for job_id in have:
             kind, _, mid = job_id.partition(":")
