@@ -98,6 +98,13 @@ class Settings(BaseSettings):
     # 12 Mbit/s one as 20.1 (its shaper's bucket, filled while the link was shared,
     # let through at once at the end), and clients were sent to the wrong pair.
     probe_read_concurrency: int = Field(default=1, ge=1)
+    # A throughput read waits this long for the downloads this coordinator assigned
+    # to the mirror to end (active_downloads.py), then is skipped this round: read
+    # beside them it slows them and reads low. 0: skipped at once while any run.
+    probe_busy_wait_s: float = Field(default=30.0, ge=0)
+    # A download counts as running until its report, or at most twice its expected
+    # time (at least 30 s) and never longer than this (a client that never reports).
+    active_download_max_s: float = Field(default=600.0, gt=0)
     throughput_probe_bytes: int = Field(default=512 * 1024, ge=1024)
     # A read goes on past throughput_probe_bytes, up to this, while its connection is
     # still in slow start: on a far path 512 kB are mostly ramp (probes/throughput.py).

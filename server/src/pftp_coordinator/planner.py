@@ -22,6 +22,7 @@ from urllib.parse import quote
 from pftp_wire.models import AssignmentRequest, AssignmentResponse
 from pydantic_core import to_json
 
+from pftp_coordinator.active_downloads import expected_seconds
 from pftp_coordinator.portions import finish_together_weights, split_portions, start_delay_s
 from pftp_coordinator.ranking import (
     MirrorMetrics,
@@ -72,6 +73,8 @@ class PlannedAnswer:
     request_id: str
     mode: str
     n_assignments: int
+    mirrors: tuple[str, ...] = ()  # those assigned portions (not the backups)
+    expected_s: float | None = None  # the file over their expected aggregate rate
 
 
 def _connections(m: MirrorMetrics) -> int:
@@ -318,6 +321,13 @@ def plan_assignments_json(
         rng=rng,
         now=now,
     )
+    assigned = answer["assignments"]
+    by_mirror = {a["mirror"]: a["expected_bps"] for a in assigned}
     return PlannedAnswer(
-        to_json(answer), answer["request_id"], answer["mode"], len(answer["assignments"])
+        to_json(answer),
+        answer["request_id"],
+        answer["mode"],
+        len(assigned),
+        tuple(by_mirror),
+        expected_seconds(answer["file"]["size"], by_mirror.values()),
     )

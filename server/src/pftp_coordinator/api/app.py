@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from pftp_coordinator import migrate
+from pftp_coordinator.active_downloads import ActiveDownloads
 from pftp_coordinator.api import admin, assignments, health, reports
 from pftp_coordinator.config import Settings, get_settings
 from pftp_coordinator.db import create_db_engine, make_session_factory
@@ -62,7 +63,14 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.scheduler_enabled:
             from pftp_coordinator.scheduler import start_scheduler
 
-            started.append((start_scheduler(settings, app.state.session_factory), "scheduler"))
+            started.append(
+                (
+                    start_scheduler(
+                        settings, app.state.session_factory, app.state.active_downloads
+                    ),
+                    "scheduler",
+                )
+            )
         if settings.announce_enabled:
             from pftp_coordinator.discovery import start_announcer
 
@@ -100,6 +108,7 @@ def create_app(
     app.state.request_rate = RequestRateMeter()
     app.state.rng = random.Random()
     app.state.recent_modes = RecentAssignments()
+    app.state.active_downloads = ActiveDownloads()
 
     app.add_exception_handler(ServiceError, _service_error)
     if fast_path:

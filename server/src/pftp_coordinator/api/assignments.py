@@ -56,6 +56,13 @@ def answer(state: Any, body: AssignmentRequest) -> tuple[int, bytes]:
         return 503, to_json({"detail": str(exc) or "no usable mirror"})
     metrics.record_assignment(planned.mode, planned.n_assignments)
     state.recent_modes.remember(planned.request_id, planned.mode)
+    limit = state.settings.active_download_max_s
+    expected = planned.expected_s
+    state.active_downloads.begin(
+        planned.request_id,
+        planned.mirrors,
+        limit if expected is None else min(max(2 * expected, 30.0), limit),
+    )
     return 200, planned.body
 
 

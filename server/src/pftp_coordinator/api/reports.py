@@ -21,6 +21,7 @@ def create_report(
     body: DownloadReport, request: Request, session: SessionDep, settings: SettingsDep
 ) -> ReportAck:
     mode = request.app.state.recent_modes.get(body.request_id)
+    request.app.state.active_downloads.end(body.request_id)  # (probes may read its mirrors)
     download = report_service.record_report(
         session,
         report=body,

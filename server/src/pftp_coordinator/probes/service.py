@@ -36,6 +36,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from pftp_coordinator import metrics
+from pftp_coordinator.active_downloads import ActiveDownloads
 from pftp_coordinator.config import Settings
 from pftp_coordinator.db import session_scope
 from pftp_coordinator.models import File, Mirror, PathProbe, Replica, utcnow
@@ -250,13 +251,34 @@ def _throughput_row(
 
 
 def measure(
-    target: ProbeTarget, settings: Settings, *, allow_raw: bool | None, with_path: bool
+    target: ProbeTarget,
+    settings: Settings,
+    *,
+    allow_raw: bool | None,
+    with_path: bool,
+    active: ActiveDownloads | None = None,
 ) -> tuple[bool, list[dict]]:
-    """Network only: returns (service ok, path_probes rows as dicts)."""
+    """Network only: returns (service ok, path_probes rows as dicts).
+
+    Not beside the downloads this coordinator assigned to the mirror (``active``,
+    active_downloads.py): the first attempt waits up to probe_busy_wait_s for them
+    to end; if they have not, the path is measured but its throughput is not read
+    this round (the service is then checked by connecting, as without a replica)."""
     rows: list[dict] = []
     timeout = settings.probe_timeout_s
     service_ok = False
     capacity_bps: float | None = None  # the path's, measured in this call
+    read_url = target.read_url
+    if read_url and active is not None:
+        running = active.wait_idle(target.name, settings.probe_busy_wait_s if with_path else 0)
+        if running:
+            log.info(
+                "probe %s: throughput not read this round: %d download(s) this "
+                "coordinator assigned to it still running",
+                target.name,
+                running,
+            )
+            read_url = None
     if with_path:
         for res in rtt_mod.measure_rtt(
             target.host,
@@ -303,10 +325,10 @@ def measure(
                     + (" (sender-limited: lower bound)" if cap.sender_limited else ""),
                 }
             )
-    if target.read_url:
+    if read_url:
         try:
             with READS.shared(settings.probe_read_concurrency):
-                tp = ranged_read(target.read_url, target.read_size, timeout_s=timeout,
+                tp = ranged_read(read_url, target.read_size, timeout_s=timeout,
                                  max_size=target.read_max)
             service_ok = True
         except ProbeError as exc:
@@ -367,8 +389,11 @@ def probe_mirror(
     allow_raw: bool | None = None,
     retry_pause_s: float | None = None,
     clock: Callable[[], datetime] = utcnow,
+    active: ActiveDownloads | None = None,
 ) -> ProbeOutcome | None:
-    """A full probe round with a quick retry burst on failure (see module doc)."""
+    """A full probe round with a quick retry burst on failure (see module doc).
+    ``active``: downloads this coordinator assigned; the throughput read waits
+    for the mirror's to end (measure)."""
     with session_scope(factory) as s:
         target = load_target(s, mirror_id, settings.throughput_probe_bytes,
                              settings.throughput_probe_max_bytes)
@@ -383,7 +408,9 @@ def probe_mirror(
     while True:
         outcome.attempts += 1
         # Retries check the service only: RTT and capacity were measured once.
-        ok, rows = measure(target, settings, allow_raw=allow_raw, with_path=outcome.attempts == 1)
+        ok, rows = measure(
+            target, settings, allow_raw=allow_raw, with_path=outcome.attempts == 1, active=active
+        )
         with session_scope(factory) as s:
             state = record(
                 s, mirror_id, ok, rows, now=clock(), down_after=settings.down_after_failures

@@ -29,6 +29,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from pftp_coordinator.active_downloads import ActiveDownloads
 from pftp_coordinator.config import Settings
 from pftp_coordinator.db import is_sqlite, session_scope
 from pftp_coordinator.models import Mirror
@@ -73,8 +74,10 @@ class CoordinatorScheduler:
         locks: JobLocks,
         *,
         first_run_delay_s: float = 5.0,
+        active: ActiveDownloads | None = None,
     ) -> None:
         self.settings = settings
+        self.active = active  # (the app's running downloads: probes wait for them)
         self.factory = factory
         self.locks = locks
         self.runner = runner_id()
@@ -146,7 +149,7 @@ class CoordinatorScheduler:
             if f"probe:{mid}" not in have:
                 self._add(
                     f"probe:{mid}",
-                    lambda mid=mid: probe_mirror(self.factory, mid, s),
+                    lambda mid=mid: probe_mirror(self.factory, mid, s, active=self.active),
                     s.probe_interval_s,
                     jitter_s=s.probe_jitter_s,
                     executor="probes",
@@ -200,8 +203,14 @@ class _Disabled:
         return None
 
 
-def start_scheduler(settings: Settings, session_factory: sessionmaker[Session]) -> Any:
-    """Start the background jobs; returns an object with ``.shutdown()``."""
+def start_scheduler(
+    settings: Settings,
+    session_factory: sessionmaker[Session],
+    active: ActiveDownloads | None = None,
+) -> Any:
+    """Start the background jobs; returns an object with ``.shutdown()``.
+    ``active``: the downloads the app in this process assigned (probes wait for
+    them to end before reading a mirror)."""
     if not settings.scheduler_enabled:
         log.info("scheduler disabled (PFTP_SCHEDULER_ENABLED=false)")
         return _Disabled()
@@ -212,4 +221,4 @@ def start_scheduler(settings: Settings, session_factory: sessionmaker[Session]) 
         else (settings.effective_database_url)
     )
     locks: JobLocks = LocalJobLocks() if is_sqlite(url) else PgLeaderLocks(url)
-    return CoordinatorScheduler(settings, session_factory, locks).start()
+    return CoordinatorScheduler(settings, session_factory, locks, active=active).start()
