@@ -42,9 +42,29 @@ def test_a_download_counts_until_its_report_or_its_time() -> None:
     clock.t += 61  # r2 never reported: it stops counting at its time
     assert active.busy("b") == 0
     # waiting for an idle mirror: at once when idle, bounded when not
-    assert active.wait_idle("b", timeout_s=5) == 0
+    assert active.wait_idle("b", timeout_s=5) is None
     active.begin("r3", ["b"], for_s=30)
-    assert active.wait_idle("b", timeout_s=0) == 1
+    assert "1 download(s)" in (active.wait_idle("b", timeout_s=0) or "")
+
+
+def test_a_mirror_is_idle_for_a_probe_once_quiet_for_a_while() -> None:
+    # downloads that follow one another leave the mirror idle for a moment only
+    clock = _Clock()
+    active = ActiveDownloads(clock)
+    assert active.wait_idle("m", timeout_s=0, quiet_s=10) is None  # never used
+    active.begin("r1", ["m"], for_s=30)
+    clock.t += 5
+    active.end("r1")
+    assert active.busy("m") == 0
+    assert "ended 0 s ago" in (active.wait_idle("m", timeout_s=0, quiet_s=10) or "")
+    clock.t += 9
+    assert active.wait_idle("m", timeout_s=0, quiet_s=10) is not None
+    clock.t += 1.5
+    assert active.wait_idle("m", timeout_s=0, quiet_s=10) is None
+    # what the probe compares around its read
+    before = active.begun("m")
+    active.begin("r2", ["m", "n"], for_s=30)
+    assert active.begun("m") == before + 1 and active.begun("n") == 1
 
 
 def test_waiting_for_a_mirror_ends_when_its_report_comes() -> None:
@@ -52,9 +72,9 @@ def test_waiting_for_a_mirror_ends_when_its_report_comes() -> None:
     active.begin("r1", ["m"], for_s=60)
     threading.Timer(0.2, active.end, args=("r1",)).start()
     t0 = time.monotonic()
-    assert active.wait_idle("m", timeout_s=10, poll_s=5) == 0
+    assert active.wait_idle("m", timeout_s=10, poll_s=5) is None
     assert time.monotonic() - t0 < 2  # woken by the report, not by the poll
-    assert active.wait_idle("m", timeout_s=0) == 0
+    assert active.wait_idle("m", timeout_s=0) is None
 
 
 def test_expected_seconds_from_the_assigned_rates() -> None:
@@ -83,7 +103,8 @@ def test_a_probe_does_not_read_a_mirror_its_clients_are_downloading_from(
         database_url=None,
         probe_timeout_s=10.0,
         throughput_probe_bytes=256 * 1024,
-        probe_busy_wait_s=0.3,
+        probe_busy_wait_s=3.0,
+        probe_quiet_s=0.5,
     )
     with ftp_server(root) as ftp, running_app(sqlite_url, tmp_path) as client:
         factory = client.app.state.session_factory
@@ -138,3 +159,44 @@ def test_a_flood_that_never_reports_is_held_to_the_capacity() -> None:
     assert active.busy("m") == 50
     clock.t += 30 + 999 + 1  # all due
     assert active.busy("m") == 0 and len(active) == 0
+
+
+def test_a_read_that_a_download_began_during_is_not_kept(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    # the server holds each connection to 256 KiB/s: the probe's 256 KiB read takes
+    # about a second, and a client is sent to the mirror 0.3 s into it
+    root = tree_root(tmp_path, "m")
+    make_tree(root, {"pub/big.bin": SIZE})
+    probe_settings = Settings(
+        database_url=None,
+        probe_timeout_s=10.0,
+        throughput_probe_bytes=256 * 1024,
+        throughput_probe_max_bytes=256 * 1024,
+        probe_max_connections=1,
+        probe_quiet_s=0,
+    )
+    with ftp_server(root, write_limit=256 * 1024) as ftp, running_app(
+        sqlite_url, tmp_path
+    ) as client:
+        factory = client.app.state.session_factory
+        active = client.app.state.active_downloads
+        mid = add_mirror(factory, "shared", ftp.url, {"big.bin": ("pub/big.bin", SIZE)})
+
+        def assigned() -> dict | None:
+            r = client.post("/api/v1/assignments", json={"file": "big.bin"})
+            return r.json() if r.status_code == 200 else None
+
+        first = wait_until(assigned, timeout=20, what="an answer naming the mirror")
+        active.end(first["request_id"])  # (the snapshot is ready; that one is over)
+        answers: list[dict | None] = []
+        timer = threading.Timer(0.3, lambda: answers.append(assigned()))
+        timer.start()
+        t0 = time.monotonic()
+        out = probe_mirror(factory, mid, probe_settings, allow_raw=False, active=active)
+        timer.join()
+        assert time.monotonic() - t0 > 0.5  # (the read was under way at 0.3 s)
+        assert answers and answers[0] is not None
+        assert out is not None and out.ok and out.state == "up"
+        assert "ftp-range" not in {r["method"] for r in out.rows}
+        assert _throughput_rows(factory, mid) == 0

@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     # to the mirror to end (active_downloads.py), then is skipped this round: read
     # beside them it slows them and reads low. 0: skipped at once while any run.
     probe_busy_wait_s: float = Field(default=30.0, ge=0)
+    # ... and for none to have begun or ended there for this long: downloads that
+    # follow one another leave a mirror idle for a moment only.
+    probe_quiet_s: float = Field(default=10.0, ge=0)
     # A download counts as running until its report, or at most twice its expected
     # time (at least 30 s) and never longer than this (a client that never reports).
     active_download_max_s: float = Field(default=600.0, gt=0)

@@ -261,24 +261,27 @@ def measure(
     """Network only: returns (service ok, path_probes rows as dicts).
 
     Not beside the downloads this coordinator assigned to the mirror (``active``,
-    active_downloads.py): the first attempt waits up to probe_busy_wait_s for them
-    to end; if they have not, the path is measured but its throughput is not read
-    this round (the service is then checked by connecting, as without a replica)."""
+    active_downloads.py): the first attempt waits up to probe_busy_wait_s for none
+    to have run there for probe_quiet_s; if that does not come, the path is measured
+    but its throughput is not read this round (the service is then checked by
+    connecting, as without a replica). A read that a download began during is not
+    kept."""
     rows: list[dict] = []
     timeout = settings.probe_timeout_s
     service_ok = False
     capacity_bps: float | None = None  # the path's, measured in this call
     read_url = target.read_url
+    begun = 0
     if read_url and active is not None:
-        running = active.wait_idle(target.name, settings.probe_busy_wait_s if with_path else 0)
-        if running:
-            log.info(
-                "probe %s: throughput not read this round: %d download(s) this "
-                "coordinator assigned to it still running",
-                target.name,
-                running,
-            )
+        why = active.wait_idle(
+            target.name,
+            settings.probe_busy_wait_s if with_path else 0,
+            quiet_s=settings.probe_quiet_s,
+        )
+        if why:
+            log.info("probe %s: throughput not read this round: %s", target.name, why)
             read_url = None
+        begun = active.begun(target.name)
     if with_path:
         for res in rtt_mod.measure_rtt(
             target.host,
@@ -335,7 +338,12 @@ def measure(
             rows.append({"method": f"{target.protocol}-range", "ok": False, "error": str(exc)})
             service_ok = False
         else:
-            rows.append(_throughput_row(target, settings, tp, capacity_bps))
+            row = _throughput_row(target, settings, tp, capacity_bps)
+            if active is not None and active.begun(target.name) != begun:
+                # (it shared the path with a client: low, and not the path's)
+                log.info("probe %s: a download began there during the read: not kept", target.name)
+            else:
+                rows.append(row)
     elif not with_path:
         res = rtt_mod.summarize_rtts(
             "tcp-connect", *rtt_mod.tcp_connect_rtts(target.host, target.port, 1, min(timeout, 3.0))
