@@ -267,3 +267,46 @@ def test_arrival_clock_times_bytes_by_their_arrival_not_by_the_late_read():
     assert sent_at <= t_first < sent_at + 0.15
     assert 0.2 < t_second - t_first < 0.45
     assert read_at - t_second > 0.2  # the read itself came much later
+
+
+class _StampedLate:
+    """A real TCP socket whose first receives come without the kernel's arrival
+    time, as when the kernel's stamping (turned on from a work queue once a socket
+    asks) starts late on a loaded machine; the condition cannot be made on demand."""
+
+    def __init__(self, sock: socket.socket, unstamped: int) -> None:
+        self.sock, self.unstamped = sock, unstamped
+
+    def setsockopt(self, *args) -> None:
+        self.sock.setsockopt(*args)
+
+    def recv(self, n: int) -> bytes:
+        return self.sock.recv(n)
+
+    def recvmsg(self, n: int, ancsize: int):
+        data, ancdata, flags, addr = self.sock.recvmsg(n, ancsize)
+        if self.unstamped:
+            self.unstamped -= 1
+            ancdata = []
+        return data, ancdata, flags, addr
+
+
+def test_a_read_that_began_without_arrival_times_is_timed_by_its_reads():
+    # read times first, then arrival times earlier than them, would pack the late
+    # reader's backlog into one instant (a 20 Mbit/s mirror read at 159 Mbit/s)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        reader = socket.create_connection(listener.getsockname())
+        sender, _ = listener.accept()
+    with reader, sender:
+        clock = ArrivalClock(_StampedLate(reader, unstamped=1))  # type: ignore[arg-type]
+        assert clock.kernel
+        sender.sendall(b"a" * 1000)
+        first, t_first = clock.recv(4096)
+        assert first == b"a" * 1000 and not clock.kernel  # (the rest: read times)
+        sender.sendall(b"b" * 1000)
+        time.sleep(0.3)  # the reader is late: the bytes came 0.3 s before the read
+        second, t_second = clock.recv(4096)
+        read_at = time.perf_counter()
+    assert second == b"b" * 1000
+    assert t_second - t_first > 0.25 and read_at - t_second < 0.1
+
