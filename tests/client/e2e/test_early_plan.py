@@ -57,7 +57,11 @@ def test_the_plan_asked_early_is_used_once_and_its_transfers_taken_over(
     ]
     assert len(coord.reports) == 1
     assert all(f.head_history is not None for f in heads)  # each transfer was taken over
-    assert s.duplicate_bytes == 0
+    # nothing fetched twice but the end's race (a starved connection's last piece
+    # raced by the other mirror: CI, 16 KiB), within the 1 % bound
+    dups = [e for e in s.events if e.kind == "duplicate"]
+    assert all(e.detail.startswith("races ") for e in dups), dups
+    assert s.duplicate_bytes <= len(data) // 100
 
 
 def test_a_refused_early_plan_is_reported_as_download_would(
@@ -239,4 +243,8 @@ def test_advised_connections_start_early_too_each_taken_by_its_own(
     advised = [e for e in s.events if e.kind == "stream" and "coordinator found" in e.detail]
     assert len(advised) == 2
     assert all(f.head_history is not None for f in heads)  # each transfer was taken over
-    assert s.duplicate_bytes == 0
+    # nothing fetched twice but the end's race (a starved connection's last piece
+    # raced by the other mirror: CI, 16 KiB), within the 1 % bound
+    dups = [e for e in s.events if e.kind == "duplicate"]
+    assert all(e.detail.startswith("races ") for e in dups), dups
+    assert s.duplicate_bytes <= len(data) // 100
