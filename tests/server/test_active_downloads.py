@@ -83,6 +83,18 @@ def test_expected_seconds_from_the_assigned_rates() -> None:
     assert expected_seconds(10_000_000, [None]) is None
 
 
+def _probe_settings(**overrides) -> Settings:
+    return Settings(
+        database_url=None, probe_timeout_s=10.0, throughput_probe_bytes=256 * 1024, **overrides
+    )
+
+
+def _assign(client) -> dict | None:
+    """An answer for big.bin, None until the app's snapshot holds its mirror."""
+    r = client.post("/api/v1/assignments", json={"file": "big.bin"})
+    return r.json() if r.status_code == 200 else None
+
+
 def _throughput_rows(factory, mirror_id: int) -> int:
     with session_scope(factory) as s:
         return len(
@@ -99,23 +111,13 @@ def test_a_probe_does_not_read_a_mirror_its_clients_are_downloading_from(
 ) -> None:
     root = tree_root(tmp_path, "m")
     make_tree(root, {"pub/big.bin": SIZE})
-    probe_settings = Settings(
-        database_url=None,
-        probe_timeout_s=10.0,
-        throughput_probe_bytes=256 * 1024,
-        probe_busy_wait_s=3.0,
-        probe_quiet_s=0.5,
-    )
+    probe_settings = _probe_settings(probe_busy_wait_s=3.0, probe_quiet_s=0.5)
     with ftp_server(root) as ftp, running_app(sqlite_url, tmp_path) as client:
         factory = client.app.state.session_factory
         active = client.app.state.active_downloads
         mid = add_mirror(factory, "busy", ftp.url, {"big.bin": ("pub/big.bin", SIZE)})
 
-        def assigned() -> dict | None:
-            r = client.post("/api/v1/assignments", json={"file": "big.bin"})
-            return r.json() if r.status_code == 200 else None
-
-        answer = wait_until(assigned, timeout=20, what="an answer naming the mirror")
+        answer = wait_until(lambda: _assign(client), timeout=20, what="an answer naming the mirror")
         assert [a["mirror"] for a in answer["assignments"]] == ["busy"]
         assert active.busy("busy") == 1
         try:
@@ -168,13 +170,8 @@ def test_a_read_that_a_download_began_during_is_not_kept(
     # about a second, and a client is sent to the mirror 0.3 s into it
     root = tree_root(tmp_path, "m")
     make_tree(root, {"pub/big.bin": SIZE})
-    probe_settings = Settings(
-        database_url=None,
-        probe_timeout_s=10.0,
-        throughput_probe_bytes=256 * 1024,
-        throughput_probe_max_bytes=256 * 1024,
-        probe_max_connections=1,
-        probe_quiet_s=0,
+    probe_settings = _probe_settings(
+        throughput_probe_max_bytes=256 * 1024, probe_max_connections=1, probe_quiet_s=0
     )
     with ftp_server(root, write_limit=256 * 1024) as ftp, running_app(
         sqlite_url, tmp_path
@@ -183,14 +180,10 @@ def test_a_read_that_a_download_began_during_is_not_kept(
         active = client.app.state.active_downloads
         mid = add_mirror(factory, "shared", ftp.url, {"big.bin": ("pub/big.bin", SIZE)})
 
-        def assigned() -> dict | None:
-            r = client.post("/api/v1/assignments", json={"file": "big.bin"})
-            return r.json() if r.status_code == 200 else None
-
-        first = wait_until(assigned, timeout=20, what="an answer naming the mirror")
+        first = wait_until(lambda: _assign(client), timeout=20, what="an answer naming the mirror")
         active.end(first["request_id"])  # (the snapshot is ready; that one is over)
         answers: list[dict | None] = []
-        timer = threading.Timer(0.3, lambda: answers.append(assigned()))
+        timer = threading.Timer(0.3, lambda: answers.append(_assign(client)))
         timer.start()
         t0 = time.monotonic()
         out = probe_mirror(factory, mid, probe_settings, allow_raw=False, active=active)

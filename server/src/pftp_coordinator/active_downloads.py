@@ -48,13 +48,13 @@ class ActiveDownloads:
 
     def begin(self, request_id: str, mirrors: Iterable[str], for_s: float) -> None:
         """A download assigned to ``mirrors``, expected to end within ``for_s``."""
-        until = self._clock() + max(for_s, 0.0)
         names = frozenset(mirrors)
         with self._cond:
             self._drop_expired()
             self._remove(request_id)
-            self._running[request_id] = (names, until)
             now = self._clock()
+            until = now + max(for_s, 0.0)
+            self._running[request_id] = (names, until)
             for name in names:
                 self._per_mirror[name] = self._per_mirror.get(name, 0) + 1
                 self._begun[name] = self._begun.get(name, 0) + 1
@@ -103,7 +103,8 @@ class ActiveDownloads:
                     if n:
                         return f"{n} download(s) this coordinator assigned to it still running"
                     return f"a download there ended {now - last:.0f} s ago (quiet: {quiet_s:.0f} s)"
-                self._cond.wait(min(poll_s, left, quiet_in) if not n else min(poll_s, left))
+                # (woken by a report; a quiet spell ends on its own)
+                self._cond.wait(min(poll_s, left) if n else min(poll_s, left, quiet_in))
 
     def __len__(self) -> int:
         with self._cond:

@@ -97,8 +97,8 @@ class ArrivalClock:
         # first socket asks, from a work queue that a loaded machine runs late):
         # the rest of this read is timed by its reads. Read times, then arrival
         # times earlier than them, packed a late reader's backlog into one instant
-        # and rated it as a burst: a 20 Mbit/s mirror read at 159 Mbit/s, a
-        # 1 MB/s-per-connection one at 2x (lab test under CI load).
+        # and rated it as a burst (the likely cause of a 20 Mbit/s mirror read at
+        # 159 Mbit/s, and a 1 MB/s-per-connection one at 2x, in a lab test under CI).
         self.kernel = False
         self.last_waited = None
         return data, now
