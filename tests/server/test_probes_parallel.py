@@ -4,8 +4,10 @@ pyftpdlib whose data connections are throttled (and the same server unthrottled)
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+from pathlib import Path
 
 import pytest
 from pftp_coordinator.config import Settings
@@ -18,12 +20,17 @@ from pftp_coordinator.probes.service import (
     probe_mirror,
 )
 from pftp_coordinator.probes.throughput import (
+    HELD_READ_MAX_S,
     ThroughputResult,
+    _Reading,
     aggregate_bps,
     held_reason,
+    paced_bps,
+    pacing_undecided,
     parallel_ranged_read,
     paused_share,
     read_offsets,
+    settled_paused_share,
 )
 from probe_db import add_mirror, migrated_factory, tree_root
 from probe_servers import ftp_server, http_server, make_tree
@@ -107,6 +114,91 @@ def test_slow_start_pauses_are_not_held():
     few = samples_of([(i * 1e-3, 8 * KIB) for i in range(50)] + [(0.3, 64 * KIB)]
                      + [(0.3 + i * 1e-3, 8 * KIB) for i in range(1, 50)] + [(0.9, 64 * KIB)])
     assert paused_share(few) is None
+
+
+def test_a_throttled_read_whose_start_was_uneven_is_held():
+    # Recorded: vsftpd at 1 MB/s per connection behind a 50 Mbit/s link 30 ms away.
+    # Slow start (gaps of 31, 12, 6, 15, 41 ms) before the server's 64 KiB every
+    # ~60 ms: over the whole read the bursts are too uneven, and the three even
+    # periods after it are too few alone; the reading after the start finds them.
+    data = json.loads((Path(__file__).parent / "data" / "held-vsftpd-30ms.json").read_text())
+    for read in data["reads"]:
+        s = [tuple(x) for x in read["samples"]]
+        waited = read["waited"]
+        assert paused_share(s, waited) is None
+        share = settled_paused_share(s, waited)
+        assert share is not None and share >= 0.6
+        why = held_reason(10e6, s, waited)
+        assert why is not None and "paused" in why
+        # The rate it paces one connection to (anon_max_rate 1 MB/s = 8 Mbit/s), which
+        # the read's own rate overstates by its start.
+        assert 7.5e6 < paced_bps(s, waited) < 8.5e6
+        assert data_phase_rate(s) > 9.5e6
+
+
+def test_a_burst_split_by_a_short_stop_is_one_burst():
+    # Every other 64 KiB burst arrives as 56 + 8 KiB with a 14 ms stop between
+    # (the link, or the server's write, split it): counted as pauses, those stops
+    # make the bursts uneven; with only the long pauses they are one burst each.
+    spec: list[tuple[float, int]] = []
+    for k in range(10):
+        if k % 2:
+            spec += [(0.060 * k, 56 * KIB), (0.060 * k + 0.014, 8 * KIB)]
+        else:
+            spec.append((0.060 * k, 64 * KIB))
+    s = samples_of([(t + j * 1e-4, n // 8) for t, n in spec for j in range(8)])
+    assert paused_share(s) is None
+    share = settled_paused_share(s)
+    assert share is not None and share > 0.8
+
+
+def test_slow_start_is_not_held_after_its_first_pauses_either():
+    # The doubling flights of slow start, then the path full (8 KiB a millisecond):
+    # no reading of it, from its start or after its first pauses, has even bursts.
+    arrivals = []
+    t = 0.0
+    for flight in (10, 20, 40, 80, 160):
+        arrivals += [(t + j * 1e-4, 1448) for j in range(flight)]
+        t += 0.050
+    arrivals += [(t + i * 1e-3, 8 * KIB) for i in range(300)]
+    s = samples_of(arrivals)
+    assert settled_paused_share(s) is None
+    assert held_reason(60e6, s) is None
+    # once the path is full there are no more pauses: the read is not kept going
+    assert not pacing_undecided(s)
+
+
+def data_phase_rate(samples: list[tuple[float, int]]) -> float:
+    return (samples[-1][1] - samples[0][1]) * 8 / (samples[-1][0] - samples[0][0])
+
+
+def _feed(reading: _Reading, arrivals: list[tuple[float, int]]) -> int:
+    """Feed ``arrivals`` (time, bytes) while the reading wants more; bytes fed."""
+    fed = 0
+    for t, n in arrivals:
+        if not reading.want():
+            break
+        reading.add(n, t, True)
+        fed += n
+    return fed
+
+
+def test_a_read_goes_on_while_a_pacing_sender_is_undecided():
+    # 64 KiB every 60 ms, each over 8 receives; 200 KiB asked: the read has its
+    # size after 4 bursts (3 pauses), too few to tell, and goes on (up to 4 MiB,
+    # at most HELD_READ_MAX_S) until it can tell.
+    paced = [(0.060 * k + j * 1e-4, 8 * KIB) for k in range(60) for j in range(8)]
+    reading = _Reading(200 * KIB, 4 << 20, rtt_s=None)
+    fed = _feed(reading, paced)
+    assert fed > 200 * KIB + 64 * KIB  # went on past its size
+    assert reading.t_last - reading.t_first < HELD_READ_MAX_S + 0.1
+    s = reading.samples
+    share = settled_paused_share(s, reading.waited)
+    assert share is not None and share >= 0.6  # ... and stopped once it could tell
+    # A smooth read stops at its size.
+    smooth = [(i * 1e-3, 8 * KIB) for i in range(500)]
+    reading = _Reading(200 * KIB, 4 << 20, rtt_s=None)
+    assert _feed(reading, smooth) == 200 * KIB
 
 
 def test_capacity_well_above_the_read_is_held():

@@ -48,6 +48,7 @@ from pftp_coordinator.probes.throughput import (
     ThroughputResult,
     held_reason,
     join_url,
+    paced_bps,
     parallel_ranged_read,
     ranged_read,
 )
@@ -168,12 +169,14 @@ def gain_needed(n: int, by_capacity: bool) -> float:
     return max(PARALLEL_GAIN, SCALING * n) if by_capacity else PARALLEL_GAIN
 
 
-def connections_needed(aggregate_bps: float, single_bps: float, n: int) -> int:
+def connections_needed(
+    aggregate_bps: float, single_bps: float, n: int, slack: float = CONNECTION_SLACK
+) -> int:
     """Pure: connections that carry ``aggregate_bps`` at ``single_bps`` each, with
-    CONNECTION_SLACK to spare: 2..n."""
+    ``slack`` to spare: 2..n."""
     if single_bps <= 0:
         return n
-    return max(2, min(n, math.ceil(aggregate_bps / single_bps * CONNECTION_SLACK - 1e-9)))
+    return max(2, min(n, math.ceil(aggregate_bps / single_bps * slack - 1e-9)))
 
 
 def _held(tp: ThroughputResult, capacity_bps: float | None) -> tuple[str | None, bool]:
@@ -240,12 +243,19 @@ def _throughput_row(
             target.name, par.connections, par.bps / 1e6, tp.bps / 1e6, need,
         )
         return {**single, "connections": 1}
-    conns = connections_needed(par.bps, tp.bps, par.connections)
+    # The rate the server paces one connection to, when its pauses show it, counts
+    # the connections the aggregate needs without the single read's slack (its
+    # start: 4 connections of 10 Mbit/s filling a 40 Mbit/s link were told 5-6).
+    paced = paced_bps(tp.samples, tp.waited)
+    if paced:
+        conns = connections_needed(par.bps, paced, par.connections, slack=1.0)
+    else:
+        conns = connections_needed(par.bps, tp.bps, par.connections)
     log.info(
         "probe %s: %d connections carried %.1f Mbit/s (%.1fx one connection's %.1f over "
-        "%.2f s together): clients open %d",
+        "%.2f s together%s): clients open %d",
         target.name, par.connections, par.bps / 1e6, par.bps / tp.bps, tp.bps / 1e6,
-        par.window_s, conns,
+        par.window_s, f"; the server paces one to {paced / 1e6:.1f}" if paced else "", conns,
     )
     return {**single, "throughput_bps": par.bps, "connections": conns}
 

@@ -202,6 +202,13 @@ MAX_BURST_SPREAD = 0.5  # coefficient of variation of the bursts between pauses
 MIN_BURST_BYTES = 8 * 1024
 HELD_PAUSED_SHARE = 0.6
 HELD_CAPACITY_FACTOR = 1.5
+# A read that shows a pacing sender's pauses, too few of them yet to tell
+# (``pacing_undecided``), goes on until this long after its first byte (up to its
+# max_size): 512 kB of a 1 MB/s vsftpd behind a 50 Mbit/s link 30 ms away end after
+# ~0.4 s, of which slow start takes half, with 3 of the 5 pauses needed.
+HELD_READ_MAX_S = 1.5
+# Leading pauses a reading may leave out (``settled_paused_share``).
+START_PAUSES = 3
 
 
 def paused_share(
@@ -210,6 +217,7 @@ def paused_share(
     *,
     min_pauses: int = MIN_PAUSES,
     max_spread: float = MAX_BURST_SPREAD,
+    min_pause_s: float = PAUSE_MIN_S,
 ) -> float | None:
     """Pure: share of a read's time (``samples``: (arrival time, bytes so far)) that
     its sender spent in pauses between even bursts; None unless there were at least
@@ -223,18 +231,13 @@ def paused_share(
     a reader that waited was not late, so the gap was the sender's. A server that
     holds each connection to a rate writes a buffer and sleeps: equal bursts at a
     steady pace (vsftpd at 1.25 MB/s: 64 KiB every 50 ms). A sender that overran a
-    shaper's queue in slow start pauses a few times, unevenly: not this."""
+    shaper's queue in slow start pauses a few times, unevenly: not this.
+    ``min_pause_s``: no shorter gap is a pause."""
     if len(samples) < min_pauses + 2:
         return None
     t = [x[0] for x in samples]
     gaps = [b - a for a, b in itertools.pairwise(t)]
-    typical = statistics.median(gaps)
-    one_receive = len(waited) == len(samples)
-    pauses = [
-        i
-        for i, g in enumerate(gaps)
-        if g >= PAUSE_MIN_S and (g > PAUSE_FACTOR * typical or (one_receive and waited[i + 1]))
-    ]
+    pauses = [i for i in _pause_indices(samples, waited) if gaps[i] >= min_pause_s]
     if len(pauses) < min_pauses:
         return None
     upto = [x[1] for x in samples]
@@ -244,6 +247,98 @@ def paused_share(
         return None
     span = t[-1] - t[0]
     return math.fsum(gaps[i] for i in pauses) / span if span > 0 else None
+
+
+def _pause_indices(samples: Sequence[tuple[float, int]],
+                   waited: Sequence[bool | None] = ()) -> list[int]:
+    """Pure: indices ``i`` of the gaps (samples[i] -> samples[i + 1]) that are
+    pauses by paused_share's rule."""
+    if len(samples) < 3:
+        return []
+    t = [x[0] for x in samples]
+    gaps = [b - a for a, b in itertools.pairwise(t)]
+    typical = statistics.median(gaps)
+    one_receive = len(waited) == len(samples)
+    return [i for i, g in enumerate(gaps)
+            if g >= PAUSE_MIN_S and (g > PAUSE_FACTOR * typical or (one_receive and waited[i + 1]))]
+
+
+def settled_paused_share(
+    samples: Sequence[tuple[float, int]], waited: Sequence[bool | None] = ()
+) -> float | None:
+    """Pure: ``paused_share`` of the read, or of its part after its first one to
+    START_PAUSES pauses, whichever is the largest (None when none has even bursts).
+    A connection's start (slow start, a shaper's queue overrun) pauses unevenly
+    before a throttling server's even bursts set in: 512 kB of a 1 MB/s vsftpd
+    behind a 50 Mbit/s link 30 ms away arrived with gaps of 31, 12, 4, 16, 39 ms,
+    then 60, 60, 60, and the whole read's bursts were too uneven to count."""
+    best = _settled_reading(samples, waited)
+    return best[0] if best is not None else None
+
+
+def _settled_reading(
+    samples: Sequence[tuple[float, int]], waited: Sequence[bool | None] = ()
+) -> tuple[float, int, float] | None:
+    """settled_paused_share's largest reading: (share, index of its first sample,
+    its shortest pause)."""
+    pauses = _pause_indices(samples, waited)
+    one_receive = len(waited) == len(samples)
+    best: tuple[float, int, float] | None = None
+    for start in [0, *(i + 1 for i in pauses[:START_PAUSES])]:
+        part, part_waited = samples[start:], (waited[start:] if one_receive else ())
+        long_gaps = [part[i + 1][0] - part[i][0] for i in _pause_indices(part, part_waited)]
+        # (each reading also with only its long pauses: a burst the link or the
+        # server split with a short stop is still one burst)
+        floors = [PAUSE_MIN_S]
+        if long_gaps:
+            floors.append(statistics.median(long_gaps) / 2)
+        for floor in floors:
+            share = paused_share(part, part_waited, min_pause_s=floor)
+            if share is not None and (best is None or share > best[0]):
+                best = (share, start, floor)
+    return best
+
+
+def paced_bps(
+    samples: Sequence[tuple[float, int]], waited: Sequence[bool | None] = ()
+) -> float | None:
+    """Pure: the rate a pacing sender holds the read to (bits/s): the bytes of the
+    whole periods (burst and pause) of ``settled_paused_share``'s reading over their
+    time; None when that finds no pacing. Unlike the read's rate it leaves out the
+    start (slow start; a shaper's bucket lets the first bytes through at the
+    link's rate: 12.7 Mbit/s for a 10 Mbit/s limit) and the last, unfinished
+    period."""
+    best = _settled_reading(samples, waited)
+    if best is None or best[0] < HELD_PAUSED_SHARE:
+        return None
+    _, start, floor = best
+    part = samples[start:]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(part)]
+    one_receive = len(waited) == len(samples)
+    pauses = [i for i in _pause_indices(part, waited[start:] if one_receive else ())
+              if gaps[i] >= floor]
+    first, last = pauses[0], pauses[-1]
+    span = part[last + 1][0] - part[first + 1][0]
+    if span <= 0:
+        return None
+    return (part[last][1] - part[first][1]) * 8 / span
+
+
+def pacing_undecided(
+    samples: Sequence[tuple[float, int]], waited: Sequence[bool | None] = ()
+) -> bool:
+    """Pure: does the read still pause, with too few pauses yet for
+    ``settled_paused_share`` to tell whether a sender paces it? At least three
+    pauses, the last within three of the last two's spacing of its end (a path's
+    slow start pauses too, and stops once it fills the link)."""
+    pauses = _pause_indices(samples, waited)
+    if len(pauses) < 3:
+        return False
+    spacing = samples[pauses[-1]][0] - samples[pauses[-2]][0]
+    if samples[-1][0] - samples[pauses[-1]][0] > 3 * spacing:
+        return False
+    share = settled_paused_share(samples, waited)
+    return share is None or share < HELD_PAUSED_SHARE
 
 
 def held_reason(
@@ -256,7 +351,7 @@ def held_reason(
     (a per-connection limit), or None. Either signal suffices: the path's
     packet-train capacity at least HELD_CAPACITY_FACTOR times the read's rate, or
     a sender that paused between even bursts at least HELD_PAUSED_SHARE of the
-    time (``paused_share``). Either may also fire on a path that is simply busy
+    time (``settled_paused_share``). Either may also fire on a path that is simply busy
     (capacity is not available bandwidth); that only costs a parallel read, which
     must then carry more (probes/service.py) before clients are told to open more
     connections."""
@@ -265,7 +360,7 @@ def held_reason(
             f"path capacity {capacity_bps / 1e6:.1f} Mbit/s is "
             f"{capacity_bps / bps:.1f}x the read's {bps / 1e6:.1f} Mbit/s"
         )
-    share = paused_share(samples, waited)
+    share = settled_paused_share(samples, waited)
     if share is not None and share >= HELD_PAUSED_SHARE:
         return f"the sender paused {share:.0%} of the read between even bursts"
     return None
@@ -283,9 +378,14 @@ class _Reading:
         self.t_last = 0.0
         self.samples: list[tuple[float, int]] = []
         self.waited: list[bool | None] = []
+        # pacing_undecided of the samples, read again after each new long gap
+        self._undecided = False
+        self._gap_seen = True  # (read at the first call)
 
     def add(self, n: int, now: float, waited: bool | None = None) -> None:
         now = max(now, self.t_last)  # (a read timed by itself, then kernel times)
+        if self.t_first is not None and now - self.t_last >= PAUSE_MIN_S:
+            self._gap_seen = True
         self.t_last = now
         if self.t_first is None:
             self.t_first, self.first_chunk = now, n
@@ -296,12 +396,25 @@ class _Reading:
 
     def want(self) -> int:
         """Bytes to read next; 0 when done: ``size`` read, and the connection out of
-        slow start or ``max_size`` reached."""
+        slow start and not showing a pacing sender's first pauses, or ``max_size``
+        reached."""
         if self.nbytes < self.size:
             return self.size - self.nbytes
-        if self.nbytes < self.max_size and still_growing(self.samples, self.rtt_s):
+        if self.nbytes >= self.max_size:
+            return 0
+        if still_growing(self.samples, self.rtt_s) or self._pacing_undecided():
             return self.max_size - self.nbytes
         return 0
+
+    def _pacing_undecided(self) -> bool:
+        """Go on reading to tell a pacing sender (``pacing_undecided``), until
+        HELD_READ_MAX_S after the first byte."""
+        if self.t_first is None or self.t_last - self.t_first >= HELD_READ_MAX_S:
+            return False
+        if self._gap_seen:  # (only a new pause can change the answer)
+            self._gap_seen = False
+            self._undecided = pacing_undecided(self.samples, self.waited)
+        return self._undecided
 
     def result(self, method: str, t0: float) -> ThroughputResult:
         if self.t_first is None or self.nbytes == 0:
