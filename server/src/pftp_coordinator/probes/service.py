@@ -44,6 +44,7 @@ from pftp_coordinator.probes import capacity as capacity_mod
 from pftp_coordinator.probes import rtt as rtt_mod
 from pftp_coordinator.probes.read_gate import ReadGate
 from pftp_coordinator.probes.throughput import (
+    ParallelResult,
     ProbeError,
     ThroughputResult,
     held_reason,
@@ -224,15 +225,15 @@ def _throughput_row(
                  "connections", target.name, which, why, n)
         # The rate the server paces one connection to, when its pauses show it.
         paced = None if by_capacity else paced_bps(tp.samples, tp.waited)
+        url = target.read_url
+
+        def read_over(k: int) -> ParallelResult:
+            return parallel_ranged_read(url, target.read_size, k,
+                                        timeout_s=settings.probe_timeout_s,
+                                        max_size=target.read_max,
+                                        file_size=target.file_size or None)
         try:
-            par = parallel_ranged_read(
-                target.read_url,
-                target.read_size,
-                n,
-                timeout_s=settings.probe_timeout_s,
-                max_size=target.read_max,
-                file_size=target.file_size or None,
-            )
+            par = read_over(n)
             # Every connection carried the server's pace: the path may take more
             # (the capacity reading that chose n is often far off on a shaped link:
             # lab, 12 Mbit/s for a 50 Mbit/s one, and 2 connections told).
@@ -240,10 +241,7 @@ def _throughput_row(
                 n = min(max_n, 2 * n)
                 log.info("probe %s: %d connections each carried the server's pace: "
                          "reading over %d", target.name, par.connections, n)
-                par = parallel_ranged_read(
-                    target.read_url, target.read_size, n, timeout_s=settings.probe_timeout_s,
-                    max_size=target.read_max, file_size=target.file_size or None,
-                )
+                par = read_over(n)
         except ProbeError as exc:
             log.info("probe %s: parallel read failed, keeping the single read: %s",
                      target.name, exc)

@@ -217,7 +217,6 @@ def paused_share(
     *,
     min_pauses: int = MIN_PAUSES,
     max_spread: float = MAX_BURST_SPREAD,
-    min_pause_s: float = PAUSE_MIN_S,
 ) -> float | None:
     """Pure: share of a read's time (``samples``: (arrival time, bytes so far)) that
     its sender spent in pauses between even bursts; None unless there were at least
@@ -231,22 +230,10 @@ def paused_share(
     a reader that waited was not late, so the gap was the sender's. A server that
     holds each connection to a rate writes a buffer and sleeps: equal bursts at a
     steady pace (vsftpd at 1.25 MB/s: 64 KiB every 50 ms). A sender that overran a
-    shaper's queue in slow start pauses a few times, unevenly: not this.
-    ``min_pause_s``: no shorter gap is a pause."""
-    if len(samples) < min_pauses + 2:
-        return None
-    t = [x[0] for x in samples]
-    gaps = [b - a for a, b in itertools.pairwise(t)]
-    pauses = [i for i in _pause_indices(samples, waited) if gaps[i] >= min_pause_s]
-    if len(pauses) < min_pauses:
-        return None
-    upto = [x[1] for x in samples]
-    bursts = [upto[j] - upto[i] for i, j in itertools.pairwise(pauses)]
-    mean = statistics.fmean(bursts)
-    if mean < MIN_BURST_BYTES or statistics.pstdev(bursts) > max_spread * mean:
-        return None
-    span = t[-1] - t[0]
-    return math.fsum(gaps[i] for i in pauses) / span if span > 0 else None
+    shaper's queue in slow start pauses a few times, unevenly: not this."""
+    reading = _paused_reading(samples, _pause_indices(samples, waited), PAUSE_MIN_S,
+                              min_pauses=min_pauses, max_spread=max_spread)
+    return reading[0] if reading is not None else None
 
 
 def _pause_indices(samples: Sequence[tuple[float, int]],
@@ -263,39 +250,72 @@ def _pause_indices(samples: Sequence[tuple[float, int]],
             if g >= PAUSE_MIN_S and (g > PAUSE_FACTOR * typical or (one_receive and waited[i + 1]))]
 
 
+def _gap(samples: Sequence[tuple[float, int]], i: int) -> float:
+    return samples[i + 1][0] - samples[i][0]
+
+
+def _long_floor(samples: Sequence[tuple[float, int]], pauses: Sequence[int]) -> float:
+    """Half the median pause: a shorter one split a burst (the link, or the
+    server's write), and the burst is still one."""
+    return statistics.median(_gap(samples, i) for i in pauses) / 2
+
+
+def _paused_reading(
+    samples: Sequence[tuple[float, int]],
+    pauses: Sequence[int],
+    min_pause_s: float,
+    *,
+    min_pauses: int = MIN_PAUSES,
+    max_spread: float = MAX_BURST_SPREAD,
+) -> tuple[float, list[int]] | None:
+    """paused_share over ``pauses`` (_pause_indices of ``samples``) of at least
+    ``min_pause_s``: (share, the pauses counted), or None."""
+    if len(samples) < min_pauses + 2:
+        return None
+    counted = [i for i in pauses if _gap(samples, i) >= min_pause_s]
+    if len(counted) < min_pauses:
+        return None
+    bursts = [samples[j][1] - samples[i][1] for i, j in itertools.pairwise(counted)]
+    mean = statistics.fmean(bursts)
+    if mean < MIN_BURST_BYTES or statistics.pstdev(bursts) > max_spread * mean:
+        return None
+    span = samples[-1][0] - samples[0][0]
+    if span <= 0:
+        return None
+    return math.fsum(_gap(samples, i) for i in counted) / span, counted
+
+
 def settled_paused_share(
     samples: Sequence[tuple[float, int]], waited: Sequence[bool | None] = ()
 ) -> float | None:
     """Pure: ``paused_share`` of the read, or of its part after its first one to
-    START_PAUSES pauses, whichever is the largest (None when none has even bursts).
-    A connection's start (slow start, a shaper's queue overrun) pauses unevenly
-    before a throttling server's even bursts set in: 512 kB of a 1 MB/s vsftpd
-    behind a 50 Mbit/s link 30 ms away arrived with gaps of 31, 12, 4, 16, 39 ms,
-    then 60, 60, 60, and the whole read's bursts were too uneven to count."""
+    START_PAUSES pauses, whichever is the largest (None when none has even bursts);
+    each also with only its long pauses (``_long_floor``). A connection's start
+    (slow start, a shaper's queue overrun) pauses unevenly before a throttling
+    server's even bursts set in: 512 kB of a 1 MB/s vsftpd behind a 50 Mbit/s link
+    30 ms away arrived with gaps of 31, 12, 4, 16, 39 ms, then 60, 60, 60, and the
+    whole read's bursts were too uneven to count."""
     best = _settled_reading(samples, waited)
     return best[0] if best is not None else None
 
 
 def _settled_reading(
     samples: Sequence[tuple[float, int]], waited: Sequence[bool | None] = ()
-) -> tuple[float, int, float] | None:
-    """settled_paused_share's largest reading: (share, index of its first sample,
-    its shortest pause)."""
+) -> tuple[float, Sequence[tuple[float, int]], list[int]] | None:
+    """settled_paused_share's largest reading: (share, the part read, its pauses)."""
     pauses = _pause_indices(samples, waited)
     one_receive = len(waited) == len(samples)
-    best: tuple[float, int, float] | None = None
+    best: tuple[float, Sequence[tuple[float, int]], list[int]] | None = None
     for start in [0, *(i + 1 for i in pauses[:START_PAUSES])]:
-        part, part_waited = samples[start:], (waited[start:] if one_receive else ())
-        long_gaps = [part[i + 1][0] - part[i][0] for i in _pause_indices(part, part_waited)]
-        # (each reading also with only its long pauses: a burst the link or the
-        # server split with a short stop is still one burst)
+        part = samples[start:]
+        part_pauses = _pause_indices(part, waited[start:] if one_receive else ())
         floors = [PAUSE_MIN_S]
-        if long_gaps:
-            floors.append(statistics.median(long_gaps) / 2)
+        if part_pauses:
+            floors.append(_long_floor(part, part_pauses))
         for floor in floors:
-            share = paused_share(part, part_waited, min_pause_s=floor)
-            if share is not None and (best is None or share > best[0]):
-                best = (share, start, floor)
+            reading = _paused_reading(part, part_pauses, floor)
+            if reading is not None and (best is None or reading[0] > best[0]):
+                best = (reading[0], part, reading[1])
     return best
 
 
@@ -311,12 +331,7 @@ def paced_bps(
     best = _settled_reading(samples, waited)
     if best is None or best[0] < HELD_PAUSED_SHARE:
         return None
-    _, start, floor = best
-    part = samples[start:]
-    gaps = [b[0] - a[0] for a, b in itertools.pairwise(part)]
-    one_receive = len(waited) == len(samples)
-    pauses = [i for i in _pause_indices(part, waited[start:] if one_receive else ())
-              if gaps[i] >= floor]
+    _, part, pauses = best
     first, last = pauses[0], pauses[-1]
     span = part[last + 1][0] - part[first + 1][0]
     if span <= 0:
@@ -338,10 +353,8 @@ def pacing_undecided(
     pauses = _pause_indices(samples, waited)
     if len(pauses) < 3:
         return False
-    # (only the long pauses: a burst split by a short stop is one burst)
-    gaps = [samples[i + 1][0] - samples[i][0] for i in pauses]
-    floor = statistics.median(gaps) / 2
-    pauses = [i for i, g in zip(pauses, gaps, strict=True) if g >= floor]
+    floor = _long_floor(samples, pauses)
+    pauses = [i for i in pauses if _gap(samples, i) >= floor]
     if len(pauses) < 3:
         return False
     a, b, c = pauses[-3:]
