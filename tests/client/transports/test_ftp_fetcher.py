@@ -22,6 +22,7 @@ from pftp_client.transports.base import (
 )
 from pftp_client.transports.ftp import FtpFetcher
 from pyftpdlib.handlers import FTPHandler, ThrottledDTPHandler
+from pyftpdlib.handlers.ftp.dispatchers import PassiveDTP
 
 from .helpers import SIZES, Collector, fetch, payload, with_test_timeouts
 
@@ -299,6 +300,91 @@ def test_server_refusing_rest(start_pyftpd) -> None:
         assert sink.data == b""
         assert fetch(f, 0, 100) == data[:100]
         assert f.reconnects == 0
+
+
+def slow_first_accept_handler(delay: float) -> type[FTPHandler]:
+    """A server that accepts its first passive data connection only after
+    ``delay`` seconds, like a busy one whose accept comes after the client's next
+    command."""
+
+    class SlowFirstAccept(PassiveDTP):
+        pending = True
+
+        def __init__(self, cmd_channel, extmode: bool = False) -> None:
+            super().__init__(cmd_channel, extmode)
+            if SlowFirstAccept.pending:
+                SlowFirstAccept.pending = False
+                self.del_channel()  # (the connection waits in the listen backlog)
+                self.ioloop.call_later(delay, self._listen_again)
+
+        def _listen_again(self) -> None:
+            if not self._closed:
+                self.add_channel()
+
+    class Handler(FTPHandler):
+        passive_dtp = SlowFirstAccept
+
+    return Handler
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+@pytest.mark.parametrize(
+    ("accept_after", "reconnects"),
+    [(0.25, 0), (2.0, 1)],  # the first byte comes while ABOR waits for it / never
+)
+def test_transfer_stopped_before_its_accept_leaves_nothing_behind(
+    start_pyftpd, accept_after: float, reconnects: int, pipeline: bool
+) -> None:
+    # pyftpdlib keeps a RETR whose data connection it had not accepted across
+    # ABOR, then sends it on the next data connection that it accepts before the
+    # next RETR (always, one command at a time), with an unsolicited 226: an
+    # ABOR then would have the next range read the stopped one's bytes.
+    server = start_pyftpd(handler=slow_first_accept_handler(accept_after))
+    data = payload(200_000)
+    server.put("f.bin", data)
+    with fetcher(server.url("f.bin"), verify_rest=False, pipeline=pipeline) as f:
+        assert f.size() == len(data)  # (logged in: the fetch below starts at once)
+        cancel = threading.Event()
+        timer = threading.Timer(0.1, cancel.set)
+        timer.start()
+        sink = Collector(150_000)
+        with pytest.raises(Cancelled, match="at byte 150000"):
+            f.fetch(150_000, RangeEnd(200_000), sink, cancel)
+        timer.join()
+        assert sink.data == b""
+        assert fetch(f, 1_000, 3_000) == data[1_000:3_000]
+        assert fetch(f, 5_000, 6_000) == data[5_000:6_000]
+        assert f.reconnects == reconnects
+
+
+def stray_reply_after_second_epsv() -> tuple[type[FTPHandler], list[int]]:
+    """A server that sends one reply nobody asked for, after its second EPSV's;
+    and its count of EPSVs."""
+    seen = [0]
+
+    class Handler(FTPHandler):
+        def ftp_EPSV(self, line: str) -> None:
+            super().ftp_EPSV(line)
+            seen[0] += 1
+            if seen[0] == 2:
+                self.respond("226 Transfer complete.")
+
+    return Handler, seen
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_reply_out_of_step_costs_a_reconnect_not_the_mirror(start_pyftpd, pipeline) -> None:
+    # Read as the MDTM recheck's reply, the stray 226 would have pushed every
+    # later reply onto the wrong command (REST "refused" with MDTM's 213).
+    handler, epsv_seen = stray_reply_after_second_epsv()
+    server = start_pyftpd(handler=handler)
+    data = payload(10_000)
+    server.put("f.bin", data)
+    with fetcher(server.url("f.bin"), verify_rest=False, pipeline=pipeline) as f:
+        assert fetch(f, 0, 100) == data[:100]
+        assert fetch(f, 200, 300) == data[200:300]
+        assert fetch(f, 400, 500) == data[400:500]
+        assert epsv_seen[0] >= 2 and f.reconnects == 1
 
 
 def test_rest_probe_without_size_accepts_an_honest_server(start_pyftpd) -> None:

@@ -228,6 +228,19 @@ class _ControlLost(Exception):
         self.blames_pipelining = blames_pipelining
 
 
+def _out_of_step(command: str, reply: FtpReply) -> _ControlLost:
+    """A reply that cannot be ``command``'s: one due to an earlier command (or an
+    unsolicited one) is still unread. Every later reply would be paired with the
+    wrong command, so the connection is given up; nothing was delivered yet."""
+    return _ControlLost(f"{reply} cannot answer {command}: replies out of step")
+
+
+# Replies of other commands (a transfer's start and end, ABOR, SIZE/MDTM, the
+# passive ports): any of them read as REST's means the replies are out of step,
+# not that the server refuses REST.
+_OTHER_COMMANDS_REPLIES = frozenset({125, 150, 213, 225, 226, 227, 229})
+
+
 def _abor_reply(reply: FtpReply) -> bool:
     """Whether ``reply`` is ABOR's own (225; 226 naming the abort: vsftpd "ABOR
     successful", proftpd "Abort successful", pure-ftpd "Since you see this ABOR
@@ -625,7 +638,7 @@ class FtpFetcher:
             if started is not None and nxt.offset == offset:
                 return self._take_next(started, end, sink, cancel)
             if started is not None:  # (the engine went elsewhere: not expected)
-                self._ready_spare_async(started.ctrl, started.data)
+                self._ready_spare_async(started.ctrl, started.data, accepted=started.got > 0)
         head = self._head
         if head is not None and head.offset == offset:
             if offset > 0 and not self.rest_honoured:
@@ -645,7 +658,7 @@ class FtpFetcher:
         try:
             self._vet()
         except FileChanged:
-            self._abort(ctrl, data)
+            self._abort(ctrl, data, accepted=False)
             raise
         delivered, _eof = self._receive(ctrl, data, offset, end, sink, cancel)
         return delivered
@@ -792,7 +805,7 @@ class FtpFetcher:
         """Abort a head transfer that nobody took (before another command)."""
         head = self._take_head()
         if head is not None:
-            self._abort(head.ctrl, head.data)
+            self._abort(head.ctrl, head.data, accepted=head.got > 0)
 
     def _fetch_head(
         self, head: _HeadReader, end: RangeEnd, sink: DataSink, cancel: threading.Event
@@ -835,7 +848,7 @@ class FtpFetcher:
                     self._abort(ctrl, data, prepare_next=True)
                     return done
         except BaseException:
-            self._abort(ctrl, data)
+            self._abort(ctrl, data, accepted=head.got > 0)
             raise
         finally:
             view.release()
@@ -1229,6 +1242,8 @@ class FtpFetcher:
     def _changed_since(self, reply: FtpReply) -> str | None:
         """The message for a version that moved since the first one, else None (a
         refused MDTM tells nothing: the transfer goes on)."""
+        if reply.code != 213 and reply.kind not in (4, 5):
+            raise _out_of_step("MDTM", reply)
         self.rechecks += 1
         now = _mdtm_validator(reply)
         if now is None or now == self.validator:
@@ -1411,11 +1426,14 @@ class FtpFetcher:
             changed = self._changed_since(ctrl.reply()) if recheck else None
             if offset > 0:
                 rest = ctrl.reply()
+                if rest.code in _OTHER_COMMANDS_REPLIES:
+                    raise _out_of_step("REST", rest)
                 if rest.code != 350:
-                    if ctrl.reply().kind == 1:  # the transfer started (from byte 0): stop it
-                        with contextlib.suppress(OSError):
-                            self._finish_connect(data)
-                        self._abort(ctrl, data)
+                    retr = ctrl.reply()
+                    if retr.kind == 1:  # the transfer started (from byte 0): stop it
+                        self._abort(ctrl, data, accepted=False)
+                    elif retr.kind in (2, 3):
+                        raise _out_of_step("RETR", retr)
                     raise self._rest_failed(rest, offset)
             try:
                 # Before RETR's reply: some servers (pure-ftpd) send their 1xx only
@@ -1437,6 +1455,8 @@ class FtpFetcher:
                     raise _ControlLost(message) from exc
                 raise TransientError(message) from exc
             retr = ctrl.reply()
+            if retr.kind in (2, 3):
+                raise _out_of_step("RETR", retr)
             if retr.kind != 1:
                 raise self._retr_failed(retr, offset)
         except BaseException:
@@ -1473,9 +1493,13 @@ class FtpFetcher:
                 raise FileChanged(changed)
         if offset > 0:
             reply = ctrl.command(f"REST {offset}")
+            if reply.code in _OTHER_COMMANDS_REPLIES:
+                raise _out_of_step("REST", reply)
             if reply.code != 350:
                 raise self._rest_failed(reply, offset)
         reply = ctrl.command(f"RETR {self.target.path}")
+        if reply.kind in (2, 3):
+            raise _out_of_step("RETR", reply)
         if reply.kind != 1:
             raise self._retr_failed(reply, offset)
         return data
@@ -1499,6 +1523,8 @@ class FtpFetcher:
         pos = offset
         view = self._view
         eof = False
+        # a byte came: the server accepted the data connection (see _abort)
+        received = stream_start is not None and offset > stream_start
         data.settimeout(min(_POLL_SECONDS, self.stall_timeout))
         last_byte = time.monotonic()
         # When the range runs to the end of the file the server is about to
@@ -1545,6 +1571,7 @@ class FtpFetcher:
                 if n == 0:
                     eof = True
                     break
+                received = True
                 if arrival - called > WAITED_NS:
                     self.waits[0] += 1
                     self.waits[1] += n
@@ -1563,7 +1590,7 @@ class FtpFetcher:
                 if got < n:
                     break  # the end was lowered under us
         except BaseException:
-            self._abort(ctrl, data)
+            self._abort(ctrl, data, accepted=received)
             raise
         finally:
             self._active = None
@@ -1572,7 +1599,9 @@ class FtpFetcher:
             # range at once, so the passive port for it comes with the resync
             # (or the next range goes to the spare while this connection resyncs).
             going_on = not (cancel.is_set() or self._closed)
-            if not (going_on and self._switch_to_spare(ctrl, data)):
+            if not (received or self._accept_shown(ctrl, data)):
+                self._abandon(ctrl, data)
+            elif not (going_on and self._switch_to_spare(ctrl, data)):
                 self._abort(ctrl, data, prepare_next=going_on)
             return pos - offset, False
         data.close()
@@ -1605,7 +1634,14 @@ class FtpFetcher:
                 f"{self._where()}: data ended at byte {pos} before {end.value} ({reply})"
             )
 
-    def _abort(self, ctrl: _Control, data: socket.socket, *, prepare_next: bool = False) -> bool:
+    def _abort(
+        self,
+        ctrl: _Control,
+        data: socket.socket,
+        *,
+        prepare_next: bool = False,
+        accepted: bool = True,
+    ) -> bool:
         """Stop a transfer we no longer want and resynchronise the control connection.
 
         The data socket is reset first, then ABOR is sent. RFC 959 servers then
@@ -1626,7 +1662,17 @@ class FtpFetcher:
         If anything fails, the control connection is dropped instead: the next
         fetch logs in again, which costs a round trip or two but can never
         pair a reply with the wrong command. True when the connection is usable.
+
+        ``accepted=False``: no byte has come on ``data``, so the server may not
+        have accepted it yet, and a server can keep a transfer it had not
+        started across ABOR: pyftpdlib then sends that file on the next data
+        connection, with an unsolicited 226, and the next range would read bytes
+        of another offset. ABOR waits for the first byte (``_accept_shown``);
+        without one the control connection is dropped instead.
         """
+        if not accepted and not self._accept_shown(ctrl, data):
+            self._abandon(ctrl, data)
+            return False
         _rst_close(data)
         deadline = time.monotonic() + min(self.timeout, 10.0)
 
@@ -1656,6 +1702,27 @@ class FtpFetcher:
         self._drop_control(ctrl)
         return False
 
+    def _abandon(self, ctrl: _Control, data: socket.socket) -> None:
+        """Stop a transfer the server may not have accepted (see ``_abort``)."""
+        _rst_close(data)
+        log.debug("%s: no byte before the stop: a new control connection", self._where())
+        self._drop_control(ctrl)
+
+    def _accept_shown(self, ctrl: _Control, data: socket.socket) -> bool:
+        """Whether a byte (or the server's close) comes on ``data`` within a few
+        round trips: only a connection the server accepted carries one. Soon, when
+        the transfer runs: its first byte left one round trip after RETR."""
+        if self._closed:
+            return False  # (nothing follows on this connection: no need to wait)
+        try:
+            rtt = smoothed_rtt(ctrl.sock) or 0.0
+        except OSError:
+            return False
+        poller = select.poll()
+        poller.register(data, select.POLLIN)
+        events = poller.poll(1000 * min(self.timeout, max(0.5, 4 * rtt)))
+        return bool(events) and not events[0][1] & (select.POLLERR | select.POLLNVAL)
+
     # ------------------------------------------------------------ the spare
 
     def keep_spare(self) -> None:
@@ -1675,22 +1742,26 @@ class FtpFetcher:
             stale, self._spare = self._spare, None  # (armed again on its session)
         self._ready_spare_async(stale, None)
 
-    def _ready_spare_async(self, ctrl: _Control | None, data: socket.socket | None) -> None:
+    def _ready_spare_async(
+        self, ctrl: _Control | None, data: socket.socket | None, *, accepted: bool = True
+    ) -> None:
         with self._lock:
             self._spares_coming += 1
         threading.Thread(
-            target=self._ready_spare, args=(ctrl, data), name=f"pftp-spare-{self.target.host}",
-            daemon=True,
+            target=self._ready_spare, args=(ctrl, data, accepted),
+            name=f"pftp-spare-{self.target.host}", daemon=True,
         ).start()
 
-    def _ready_spare(self, ctrl: _Control | None, data: socket.socket | None) -> None:
+    def _ready_spare(
+        self, ctrl: _Control | None, data: socket.socket | None, accepted: bool = True
+    ) -> None:
         """Thread: make ``ctrl`` the armed spare, after aborting its transfer
         ``data`` (a former control connection), or a new connection when None.
         Dropped if any step fails; a new connection failing turns spares off."""
         fresh, ready = ctrl is None, False
         try:
             if ctrl is not None and data is not None and not self._abort(
-                ctrl, data, prepare_next=True
+                ctrl, data, prepare_next=True, accepted=accepted
             ):
                 return  # (_abort closed it)
             if ctrl is None:
@@ -1735,10 +1806,10 @@ class FtpFetcher:
                     break
                 got += chunk
         except OSError as exc:
-            self._abort(ctrl, data)
+            self._abort(ctrl, data, accepted=bool(got))
             raise TransientError(f"{self._where()}: REST check on the spare: {exc}") from exc
         if len(got) != 1:  # nothing (try later), or more: the server ignores REST
-            self._abort(ctrl, data)
+            self._abort(ctrl, data, accepted=bool(got))
             if got:
                 self._rest_honoured = False
             raise TransientError(f"{self._where()}: REST check on the spare read {len(got)} bytes")
