@@ -387,6 +387,34 @@ def test_reply_out_of_step_costs_a_reconnect_not_the_mirror(start_pyftpd, pipeli
         assert epsv_seen[0] >= 2 and f.reconnects == 1
 
 
+def stray_reply_after_first_noop() -> type[FTPHandler]:
+    """A server that sends one reply nobody asked for, after its first NOOP's."""
+    sent = [False]
+
+    class Handler(FTPHandler):
+        def ftp_NOOP(self, line: str) -> None:
+            super().ftp_NOOP(line)
+            if not sent[0]:
+                sent[0] = True
+                self.respond("226 Transfer complete.")
+
+    return Handler
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_passive_reply_out_of_step_is_not_a_refused_epsv(start_pyftpd, pipeline) -> None:
+    # The stray 226 comes where EPSV's reply is read (after the abort's NOOP).
+    # Taken for a refused EPSV, PASV would then read EPSV's 229: a permanent error.
+    server = start_pyftpd(handler=stray_reply_after_first_noop())
+    data = payload(500_000)
+    server.put("f.bin", data)
+    with fetcher(server.url("f.bin"), verify_rest=False, pipeline=pipeline) as f:
+        assert fetch(f, 0, 100) == data[:100]  # (an early stop: ABOR, NOOP)
+        assert fetch(f, 200, 300) == data[200:300]
+        assert fetch(f, 400, 500) == data[400:500]
+        assert f.reconnects == 1 and not f._epsv_refused
+
+
 def test_rest_probe_without_size_accepts_an_honest_server(start_pyftpd) -> None:
     server = start_pyftpd(handler=NoSize)
     data = payload(200_000)

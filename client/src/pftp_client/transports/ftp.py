@@ -241,6 +241,15 @@ def _out_of_step(command: str, reply: FtpReply) -> _ControlLost:
 _OTHER_COMMANDS_REPLIES = frozenset({125, 150, 213, 225, 226, 227, 229})
 
 
+def _check_passive_reply(command: str, reply: FtpReply) -> None:
+    """EPSV/PASV answered with another command's reply: out of step (not a
+    refused EPSV, which would turn to PASV and read EPSV's 229 as its answer)."""
+    if reply.code in _OTHER_COMMANDS_REPLIES - {227, 229}:
+        raise _out_of_step(command, reply)
+    if command == "PASV" and reply.code == 229:
+        raise _out_of_step(command, reply)
+
+
 def _abor_reply(reply: FtpReply) -> bool:
     """Whether ``reply`` is ABOR's own (225; 226 naming the abort: vsftpd "ABOR
     successful", proftpd "Abort successful", pure-ftpd "Since you see this ABOR
@@ -1303,7 +1312,9 @@ class FtpFetcher:
 
     def _absorb_passive(self, ctrl: _Control, command: str, reply: FtpReply) -> None:
         """Keep the port of a passive reply obtained ahead of its transfer. A
-        failure is not raised here: ``_open_data`` asks again and reports it."""
+        failure is not raised here: ``_open_data`` asks again and reports it;
+        replies out of step are (``_ControlLost``)."""
+        _check_passive_reply(command, reply)
         try:
             if command == "EPSV" and reply.code == 229:
                 ctrl.passive = (parse_epsv(reply.text), time.monotonic())
@@ -1321,6 +1332,7 @@ class FtpFetcher:
         and trusting it would allow FTP bounce tricks (ftplib does the same)."""
         if not self._epsv_refused:
             reply = self._exchange(ctrl, ["EPSV"])[0]
+            _check_passive_reply("EPSV", reply)
             if reply.code == 229:
                 return parse_epsv(reply.text)
             if reply.kind == 4:
@@ -1329,6 +1341,7 @@ class FtpFetcher:
         if ctrl.sock.family != socket.AF_INET:
             raise PermanentError(f"{self._where()}: server refused EPSV on IPv6")
         reply = self._exchange(ctrl, ["PASV"])[0]
+        _check_passive_reply("PASV", reply)
         if reply.code != 227:
             raise error_for_reply(f"{self._where()}: PASV", reply)
         return parse_pasv(reply.text)[1]
