@@ -6,7 +6,14 @@ flow that never answers."""
 from __future__ import annotations
 
 import pytest
-from pftp_client.lead import LeadSettings, judge_start, judge_steady, pays_off, rate_between
+from pftp_client.lead import (
+    LeadSettings,
+    judge_start,
+    judge_steady,
+    pays_off,
+    rate_after_recovery,
+    rate_between,
+)
 
 S = LeadSettings()
 ACCESS_4M = 4e6 / 8
@@ -223,3 +230,49 @@ def test_pays_off_weighs_the_cut_waste_against_the_verdict_window():
     assert pays_off(4, even, S)
     assert not pays_off(4, even * 1.01, S)
     assert pays_off(4, even * 1.01, S._replace(cut_waste_bytes=2 * S.cut_waste_bytes))
+
+
+# ---- the coordinated top-up's round (engine._top_up): RateMeter samples, 0.1 s apart
+
+
+def meter_series(phases: list[tuple[float, float]], step: float = 0.1) -> list[tuple[float, int]]:
+    """(time, bytes) a sample per ``step`` while data comes; (seconds, rate) phases,
+    a rate of 0 being a pause (no samples)."""
+    out, t, total = [(0.5, 0)], 0.5, 0.0
+    for seconds, rate in phases:
+        end = t + seconds
+        while t + step <= end + 1e-9:
+            t += step
+            total += rate * step
+            if rate > 0:
+                out.append((round(t, 6), int(total)))
+        t = end
+    return out
+
+
+def test_a_full_link_with_one_recovery_pause_reads_full_after_it():
+    # 3.9 Mbit/s, a 0.3 s retransmission timeout, 3.9 again: the round's mean is
+    # 0.83 of the link, what came after the pause 0.97
+    s = meter_series([(0.4, 0.97 * ACCESS_4M), (0.3, 0.0), (0.6, 0.97 * ACCESS_4M)])
+    mean = (s[-1][1] - s[0][1]) / (s[-1][0] - s[0][0])
+    assert mean < 0.85 * ACCESS_4M
+    after = rate_after_recovery(s, rtt_s=0.02, access_Bps=ACCESS_4M, s=S, step_s=0.1)
+    assert after == pytest.approx(0.97 * ACCESS_4M, rel=0.05)
+    # read as arrivals, each 0.1 s step would be a pause of 4 round trips
+    assert rate_after_recovery(s, rtt_s=0.02, access_Bps=ACCESS_4M, s=S) == 0.0
+
+
+@pytest.mark.parametrize(
+    "phases",
+    [
+        [(1.3, 0.7 * ACCESS_4M)],  # short all along: no pause to set aside
+        [(0.4, 0.3 * ACCESS_4M), (0.3, 0.0), (0.6, 0.97 * ACCESS_4M)],  # short before it
+        [(0.3, 0.97 * ACCESS_4M), (0.2, 0.0), (0.3, 0.97 * ACCESS_4M), (0.2, 0.0),
+         (0.3, 0.97 * ACCESS_4M)],  # keeps pausing: does not fill the link
+        [(0.9, 0.97 * ACCESS_4M), (0.3, 0.0), (0.1, 0.97 * ACCESS_4M)],  # too little after
+    ],
+)
+def test_no_rate_after_recovery_without_one_clear_recovery(phases):
+    s = meter_series(phases)
+    assert rate_after_recovery(s, rtt_s=0.02, access_Bps=ACCESS_4M, s=S, step_s=0.1) == 0.0
+

@@ -186,6 +186,29 @@ def after_recovery(
     return samples[i:] if before >= s.short * access_Bps else samples
 
 
+def rate_after_recovery(
+    samples: Sequence[tuple[float, int]],
+    *,
+    rtt_s: float,
+    access_Bps: float,
+    s: LeadSettings,
+    step_s: float = 0.0,
+) -> float:
+    """The rate since the one loss-recovery pause in ``samples`` (after_recovery),
+    over at least three steps of data after it; 0.0 without such a pause. Samples
+    kept once per ``step_s`` while data comes (a RateMeter's) show a pause only as
+    a gap well over a step."""
+    if step_s > 0:
+        s = s._replace(recovery_gap_s=max(s.recovery_gap_s, 1.5 * step_s))
+    after = after_recovery(samples, rtt_s=rtt_s, access_Bps=access_Bps, s=s)
+    if len(after) == len(samples) or len(after) < 2:
+        return 0.0
+    (t0, b0), (t1, b1) = after[0], after[-1]
+    # (a restart's first burst alone says little)
+    span = max(3 * step_s, s.stall_window_s)
+    return (b1 - b0) / (t1 - t0) if t1 - t0 >= span else 0.0
+
+
 def judge_steady(
     aggregate_Bps: float | None, access_Bps: float, low_rounds: int, s: LeadSettings
 ) -> tuple[SteadyVerdict, int, str]:

@@ -55,6 +55,12 @@ class RateMeter:
                     self._last_rate = 0.0
             return self._last_rate
 
+    def samples(self, since: float) -> list[tuple[float, int]]:
+        """The kept (time, total bytes) samples taken at or after ``since``: one per
+        ``step_s`` while data comes, none during a pause."""
+        with self._lock:
+            return [s for s in self._samples if s[0] >= since]
+
     def stop(self, now: float | None = None, stalled_after_s: float = 1.0) -> None:
         """End of an active period: freeze the last rate (idle time is not slowness),
         taken up to the period's last byte (rate() may not have been asked lately).
