@@ -1406,7 +1406,7 @@ class DownloadEngine:
         """The aggregate since the one loss-recovery pause in it, 0.0 without one
         (lead.rate_after_recovery). Behind a slow link one flow overshoots it in slow
         start and waits out a retransmission timeout: averaged in, the pause read
-        3.31 Mbit/s for a full 4 Mbit/s link (slow access, 2 of 38 coordinated
+        3.31 Mbit/s for a full 4 Mbit/s link (slow access, 3 of 38 coordinated
         runs), and the backup that joined split the lane and cost 0.4-0.6 s in bytes
         sent past lane ends. Several flows seldom all pause."""
         rtts = [f.latency_s for f in self.flows.values() if f.alive and f.latency_s is not None]
