@@ -228,26 +228,28 @@ class _ControlLost(Exception):
         self.blames_pipelining = blames_pipelining
 
 
-def _out_of_step(command: str, reply: FtpReply) -> _ControlLost:
-    """A reply that cannot be ``command``'s: one due to an earlier command (or an
-    unsolicited one) is still unread. Every later reply would be paired with the
-    wrong command, so the connection is given up; nothing was delivered yet."""
-    return _ControlLost(f"{reply} cannot answer {command}: replies out of step")
-
-
 # Replies of other commands (a transfer's start and end, ABOR, SIZE/MDTM, the
-# passive ports): any of them read as REST's means the replies are out of step,
-# not that the server refuses REST.
+# passive ports).
 _OTHER_COMMANDS_REPLIES = frozenset({125, 150, 213, 225, 226, 227, 229})
 
 
-def _check_passive_reply(command: str, reply: FtpReply) -> None:
-    """EPSV/PASV answered with another command's reply: out of step (not a
-    refused EPSV, which would turn to PASV and read EPSV's 229 as its answer)."""
-    if reply.code in _OTHER_COMMANDS_REPLIES - {227, 229}:
-        raise _out_of_step(command, reply)
-    if command == "PASV" and reply.code == 229:
-        raise _out_of_step(command, reply)
+def _check_in_step(command: str, reply: FtpReply) -> None:
+    """Raise ``_ControlLost`` when ``reply`` cannot be ``command``'s: one due to an
+    earlier command (or an unsolicited one) is still unread, and every later reply
+    would be paired with the wrong command. Read as the command's own, it would
+    pass for a refusal: REST or EPSV refused (PASV then reads EPSV's 229), a
+    permanent error for RETR. Nothing was delivered yet: reconnecting is safe."""
+    if command == "MDTM":
+        wrong = reply.code != 213 and reply.kind not in (4, 5)
+    elif command == "RETR":
+        wrong = reply.kind in (2, 3)  # (a transfer's start is 1xx, a refusal 4xx/5xx)
+    elif command == "REST":
+        wrong = reply.code in _OTHER_COMMANDS_REPLIES
+    else:  # EPSV, PASV (a 227 to EPSV is left to the fallback: PASV's form, not a stray)
+        own = 229 if command == "EPSV" else 227
+        wrong = reply.code in _OTHER_COMMANDS_REPLIES and reply.code not in (own, 227)
+    if wrong:
+        raise _ControlLost(f"{reply} cannot answer {command}: replies out of step")
 
 
 def _abor_reply(reply: FtpReply) -> bool:
@@ -1251,8 +1253,7 @@ class FtpFetcher:
     def _changed_since(self, reply: FtpReply) -> str | None:
         """The message for a version that moved since the first one, else None (a
         refused MDTM tells nothing: the transfer goes on)."""
-        if reply.code != 213 and reply.kind not in (4, 5):
-            raise _out_of_step("MDTM", reply)
+        _check_in_step("MDTM", reply)
         self.rechecks += 1
         now = _mdtm_validator(reply)
         if now is None or now == self.validator:
@@ -1314,7 +1315,7 @@ class FtpFetcher:
         """Keep the port of a passive reply obtained ahead of its transfer. A
         failure is not raised here: ``_open_data`` asks again and reports it;
         replies out of step are (``_ControlLost``)."""
-        _check_passive_reply(command, reply)
+        _check_in_step(command, reply)
         try:
             if command == "EPSV" and reply.code == 229:
                 ctrl.passive = (parse_epsv(reply.text), time.monotonic())
@@ -1332,7 +1333,7 @@ class FtpFetcher:
         and trusting it would allow FTP bounce tricks (ftplib does the same)."""
         if not self._epsv_refused:
             reply = self._exchange(ctrl, ["EPSV"])[0]
-            _check_passive_reply("EPSV", reply)
+            _check_in_step("EPSV", reply)
             if reply.code == 229:
                 return parse_epsv(reply.text)
             if reply.kind == 4:
@@ -1341,7 +1342,7 @@ class FtpFetcher:
         if ctrl.sock.family != socket.AF_INET:
             raise PermanentError(f"{self._where()}: server refused EPSV on IPv6")
         reply = self._exchange(ctrl, ["PASV"])[0]
-        _check_passive_reply("PASV", reply)
+        _check_in_step("PASV", reply)
         if reply.code != 227:
             raise error_for_reply(f"{self._where()}: PASV", reply)
         return parse_pasv(reply.text)[1]
@@ -1439,14 +1440,12 @@ class FtpFetcher:
             changed = self._changed_since(ctrl.reply()) if recheck else None
             if offset > 0:
                 rest = ctrl.reply()
-                if rest.code in _OTHER_COMMANDS_REPLIES:
-                    raise _out_of_step("REST", rest)
+                _check_in_step("REST", rest)
                 if rest.code != 350:
                     retr = ctrl.reply()
+                    _check_in_step("RETR", retr)
                     if retr.kind == 1:  # the transfer started (from byte 0): stop it
                         self._abort(ctrl, data, accepted=False)
-                    elif retr.kind in (2, 3):
-                        raise _out_of_step("RETR", retr)
                     raise self._rest_failed(rest, offset)
             try:
                 # Before RETR's reply: some servers (pure-ftpd) send their 1xx only
@@ -1468,8 +1467,7 @@ class FtpFetcher:
                     raise _ControlLost(message) from exc
                 raise TransientError(message) from exc
             retr = ctrl.reply()
-            if retr.kind in (2, 3):
-                raise _out_of_step("RETR", retr)
+            _check_in_step("RETR", retr)
             if retr.kind != 1:
                 raise self._retr_failed(retr, offset)
         except BaseException:
@@ -1506,13 +1504,11 @@ class FtpFetcher:
                 raise FileChanged(changed)
         if offset > 0:
             reply = ctrl.command(f"REST {offset}")
-            if reply.code in _OTHER_COMMANDS_REPLIES:
-                raise _out_of_step("REST", reply)
+            _check_in_step("REST", reply)
             if reply.code != 350:
                 raise self._rest_failed(reply, offset)
         reply = ctrl.command(f"RETR {self.target.path}")
-        if reply.kind in (2, 3):
-            raise _out_of_step("RETR", reply)
+        _check_in_step("RETR", reply)
         if reply.kind != 1:
             raise self._retr_failed(reply, offset)
         return data
