@@ -19,6 +19,8 @@ import pytest
 from pftp_client.streams import (
     _pauses,
     burst_bytes,
+    burst_path_rate,
+    connections_for,
     gained,
     idle_share,
     kept_streams,
@@ -213,6 +215,72 @@ def test_the_paced_rate_of_a_server_that_stops_inside_its_bursts() -> None:
         keep = t <= int(upto * 1e9)
         paced = paced_rate(t[keep], n[keep], 0)
         assert paced is not None and paced == pytest.approx(limit, rel=0.06), upto
+
+
+def _late_reader_bursts(periods: int, late_kib: int, *, period: float = 0.052,
+                        gap: float = 0.29e-3) -> tuple[np.ndarray, np.ndarray]:
+    """vsftpd's 64 KiB bursts every ``period`` crossing a path a segment every
+    ``gap`` (0.29 ms: 40 Mbit/s), read by a client that wakes ``late_kib`` into
+    each burst: one receive of what waited, one more 0.1 ms later catching up,
+    then a segment per receive (lab arrivals, session 30)."""
+    times: list[float] = []
+    sizes: list[int] = []
+    segs = 65536 // 1448
+    late = late_kib * 1024 // 1448
+    for k in range(periods):
+        at = k * period
+        first = late // 2
+        times += [at + first * gap, at + late * gap + 1e-4]
+        sizes += [first * 1448, (late - first) * 1448]
+        for i in range(late + 1, segs):
+            times.append(at + i * gap)
+            sizes.append(1448)
+    return (np.asarray(times) * 1e9).astype(np.int64), np.asarray(sizes, dtype=np.int64)
+
+
+def test_the_paths_rate_is_read_inside_a_paused_senders_bursts() -> None:
+    path = 1448 / 0.29e-3  # 40 Mbit/s of segments
+    for late_kib in (0, 16, 48):
+        t, n = _late_reader_bursts(6, late_kib)
+        rate = burst_path_rate(t, n, 0)
+        assert rate is not None and rate == pytest.approx(path, rel=0.05), late_kib
+        # what the first receive and the catching up alone would say
+        assert int(n[1:2].sum()) / 1e-4 > 5 * path or late_kib == 0
+    # a receive after a 4 ms stall inside a burst (under the 5 ms pause) and a
+    # few clumped ones do not move the median
+    t, n = _late_reader_bursts(6, 16)
+    t = t.copy()
+    t[30:] += int(4e-3 * 1e9)
+    rate = burst_path_rate(t, n, 0)
+    assert rate is not None and rate == pytest.approx(path, rel=0.05)
+    # only the bursts since ``since`` count: one burst is too few
+    t, n = _late_reader_bursts(6, 16)
+    assert burst_path_rate(t, n, int(5 * 0.052 * 1e9) - 1000) is None
+
+
+def test_bursts_read_whole_say_nothing_of_the_path() -> None:
+    # behind a fast path each 64 KiB burst arrives in one or two receives
+    times = [k * 0.052 + d for k in range(8) for d in (0.0, 2e-4)]
+    t = (np.asarray(times) * 1e9).astype(np.int64)
+    n = np.full(t.size, 32768, dtype=np.int64)
+    assert burst_path_rate(t, n, 0) is None
+    # a link's pace, no pauses: one "burst", no reading
+    t, n = _arrivals(np.arange(700) * 0.58e-3)
+    assert burst_path_rate(t, n, 0) is None
+
+
+def test_connections_that_fill_the_path() -> None:
+    mbit = 1e6 / 8
+    # 38.3 Mbit/s of path at 10 Mbit/s each: 4 in all, 3 more
+    assert connections_for(38.3 * mbit, 9.97 * mbit, 1, 8) == 3
+    # a tenth of a connection over is not worth one more
+    assert connections_for(40.5 * mbit, 10 * mbit, 1, 8) == 3
+    assert connections_for(42 * mbit, 10 * mbit, 1, 8) == 4
+    # never more than the most, never none
+    assert connections_for(940 * mbit, 8 * mbit, 1, 8) == 7
+    assert connections_for(12 * mbit, 10 * mbit, 2, 8) == 1
+    assert connections_for(None, 10 * mbit, 1, 8) is None
+    assert connections_for(40 * mbit, 0.0, 1, 8) is None
 
 
 def test_a_start_that_overran_a_shapers_queue_is_not_a_servers_limit() -> None:
@@ -480,16 +548,23 @@ def test_a_limited_server_behind_a_slower_link_keeps_what_the_link_takes(
 
 
 @pytest.mark.lab
-def test_a_trial_that_paid_keeps_only_what_the_path_takes(tmp_path: Path) -> None:
+def test_a_limited_server_gets_the_connections_its_path_takes(tmp_path: Path) -> None:
     """vsftpd at 1 MB/s per connection behind a 40 Mbit/s link (5 MB/s): the early
-    look's 7 more connections pay (x4 and more), but the path takes about 5 in
-    all; those beyond what the new rate needs, and one to spare, are closed ("not
-    needed"), their ranges back to the others."""
+    look reads the link's rate inside the server's bursts and opens as many more
+    connections as fill it at 1 MB/s each (about 5 in all), not the 7 more a
+    blind trial opens (streams.burst_path_rate); the trial reaches the path's
+    rate, so it is not doubled, and none is closed as not needed."""
     summary = _run_limited(tmp_path, "vsftpd", link_mbit=40)
     started, ended = _stream_events(summary)
     closed = _events(summary, "stream", "not needed")
     print(summary["seconds"], started, ended, closed)
-    assert started and not ended and closed
+    assert started and not ended
+    first = started[0]
+    assert "within a burst" in first
+    path_mbit = float(first.split(" Mbit/s within a burst")[0].rsplit(" ", 1)[1])
+    assert 34 < path_mbit < 44  # the link's 38.3 Mbit/s of data
+    in_first = [d for d in started if d.split("; takes")[0] == first.split("; takes")[0]]
+    assert 3 <= len(in_first) <= 5
     assert 3 <= len(started) - len(closed) <= 6
     assert summary["mirrors"][0]["bytes"] == SIZE
     assert SIZE / summary["seconds"] > 2.5 * LIMIT

@@ -64,6 +64,8 @@ from pftp_client.slow_server import FlowProgress, find_slow_flows, reduced_porti
 from pftp_client.streams import (
     StreamTrial,
     burst_bytes,
+    burst_path_rate,
+    connections_for,
     gained,
     idle_share,
     kept_streams,
@@ -314,6 +316,10 @@ class EngineConfig:
     stream_early_min_burst: int = 16 * 1024
     stream_early_share: float = 0.85
     stream_early_burst_s: float = 0.04
+    # A trial whose connections were counted from the path's rate read within
+    # bursts (streams.connections_for) and that carries this share of it is not
+    # doubled even when it scaled: the path is full.
+    stream_path_full: float = 0.85
     # A mirror the coordinator advised several connections for (Assignment.
     # connections) gets them at start, each with at least this much of its portion.
     advised_min_part_bytes: int = ADVISED_MIN_PART_BYTES
@@ -1654,6 +1660,7 @@ class DownloadEngine:
             return  # (looked at once it is loaded: the monitor polls meanwhile)
         looked = []
         held: dict[str, float | None] = {}
+        paths: dict[str, float | None] = {}
         for f in self.flows.values():
             if (f.first_data is None or f.early_looked or f.stream_of is not None
                     or now < f.first_data + self._early_look_after(f)
@@ -1702,10 +1709,14 @@ class DownloadEngine:
             else:
                 why = (f"its data arrive in bursts of {clump * 1e3:.0f} ms of its rate "
                        "at once")
-            self._log(f"{f.id}: {why} (first {now - since:.2f} s)")
             f.early_looked = True
             # (the rate it is held to: what the trial's gain is judged against)
             held[f.id] = paced_rate(times, sizes, int(since * 1e9), pause_s)
+            # (and the path's, which says how many such connections fill it)
+            paths[f.id] = burst_path_rate(times, sizes, int(since * 1e9), pause_s)
+            if paths[f.id]:
+                why += f", {paths[f.id] * 8 / 1e6:.1f} Mbit/s within a burst"
+            self._log(f"{f.id}: {why} (first {now - since:.2f} s)")
             looked.append((f, share or 1.0, "pauses", why))
         if not looked:
             return
@@ -1724,7 +1735,8 @@ class DownloadEngine:
         for f, _, kind, why in sorted(looked, key=lambda x: -x[1]):
             if self._trials_barred(agg) or not self._may_add_streams(f):
                 continue
-            self._start_trial(f, 2.0, kind, now, {}, {}, {}, bool(access), reason=why)
+            self._start_trial(f, 2.0, kind, now, {}, {}, {}, bool(access), reason=why,
+                              path_Bps=paths.get(f.id))
             if not access:
                 break
 
@@ -1754,10 +1766,11 @@ class DownloadEngine:
     def _start_trial(
         self, f: Flow, key: float, kind: str, now: float, losses: dict[str, float],
         idles: dict[str, float], clumps: dict[str, float], access_known: bool,
-        reason: str = "",
+        reason: str = "", path_Bps: float | None = None,
     ) -> None:
         """Lock held: more connections to ``f``'s mirror, on probation (``reason``:
-        why a "scaled" mirror gets them)."""
+        why a "scaled" mirror gets them; ``path_Bps``: the path's rate read within
+        a paused sender's bursts, streams.burst_path_rate)."""
         assert f.lane is not None
         lane = f.lane
         rate = f.round_Bps
@@ -1776,6 +1789,11 @@ class DownloadEngine:
             want = advised_count(f.mirror.connections, self.cfg.max_streams, self.size,
                                  1, self.cfg.access_bps, f.mirror.expected_bps)
             add = min(add, want - have)
+        fill = connections_for(path_Bps, rate, have, self.cfg.max_streams)
+        if fill is not None:
+            # (the path's rate over the one each connection is held to: those that
+            # fill it, not the most; a trial that reaches the path is not doubled)
+            add = min(add, fill)
         if kind == "scaled":
             # (doubling, not all at once: its path's rate is still unknown, and each
             # step that scales asks for the next)
@@ -1817,6 +1835,7 @@ class DownloadEngine:
             mirror, started, now, before,
             {g.id: g.stats.received for g in self.flows.values()},
             connections=have, others_Bps=others, check_others=not access_known,
+            path_Bps=path_Bps,
         )
         self._lock.notify_all()
 
@@ -2008,6 +2027,8 @@ class DownloadEngine:
                 not trimmed
                 and have < self.cfg.max_streams
                 and scales(trial.connections, len(live), trial.before_Bps, after)
+                and not (trial.path_Bps and after >= self.cfg.stream_path_full
+                         * trial.path_Bps)
             ):
                 # (each new connection carried what an old one did: the mirror's
                 # path is not full yet; the next round doubles them)
