@@ -30,9 +30,11 @@ no other. These are the pure parts of that decision; the engine
 A server's limit shows from its first bursts, before a monitor round has passed:
 the engine's early look (engine._early_look, half a second in) reads
 ``paused_share`` (even bursts, the connection paused most of the time) and whole
-bursts per receive (``burst_bytes``). A trial whose rate grew with its
-connections (``scales``) is followed by one that doubles them; one with more
-connections than the path takes keeps those the new rate needs (``kept_streams``).
+bursts per receive (``burst_bytes``). Its bursts also carry the path's rate
+(``burst_path_rate``), and the trial opens as many connections as fill it
+(``connections_for``). A trial whose rate grew with its connections (``scales``)
+is followed by one that doubles them; one with more connections than the path
+takes keeps those the new rate needs (``kept_streams``).
 """
 
 from __future__ import annotations
