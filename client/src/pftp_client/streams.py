@@ -245,7 +245,7 @@ def paced_rate(
 
 def burst_path_rate(
     times_ns: np.ndarray, nbytes: np.ndarray, since_ns: int, pause_s: float | None = None,
-    min_reads: int = 8, min_bursts: int = 2, min_burst_reads: int = 3,
+    min_reads: int = 6, min_bursts: int = 2, min_burst_reads: int = 3,
 ) -> float | None:
     """Bytes per second the path carries while a paused sender's burst crosses
     it: the median, over the receives inside its bursts since ``since_ns`` (split
