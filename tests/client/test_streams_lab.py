@@ -20,6 +20,7 @@ from pftp_client.streams import (
     _pauses,
     burst_bytes,
     burst_path_rate,
+    bursts_outpace,
     connections_for,
     gained,
     idle_share,
@@ -267,6 +268,34 @@ def test_bursts_read_whole_say_nothing_of_the_path() -> None:
     # a link's pace, no pauses: one "burst", no reading
     t, n = _arrivals(np.arange(700) * 0.58e-3)
     assert burst_path_rate(t, n, 0) is None
+
+
+def test_a_slow_links_stalls_are_not_a_servers_sleeps() -> None:
+    # lab, selection-table1 --mirror (session 30): a 2 Mbit/s mirror recovering
+    # from losses, read from 0.28 s after its first data with 10 ms pauses (the
+    # reading for whole bursts per receive) to 0.6 s; it read as even bursts
+    # paused 86 % of the time, and 7 more connections brought nothing
+    at_ms = [411.45, 417.29, 419.31, 433.58, 436.62, 438.83, 439.23, 445.25, 465.26,
+             469.54, 546.75, 586.22]
+    sizes = [5792, 1448, 1448, 2896, 1448, 1448, 9064, 8688, 1448, 15928, 24616, 8688]
+    t = (np.asarray(at_ms) * 1e6).astype(np.int64)
+    n = np.asarray(sizes, dtype=np.int64)
+    since = int(0.4 * 1e9)
+    share = paused_share(t, n, since, min_pauses=4, max_spread=0.35, min_arrivals=10,
+                         pause_s=0.01, min_burst=16 * 1024)
+    assert share is not None and share > 0.85
+    path = burst_path_rate(t, n, since, 0.01)
+    paced = paced_rate(t, n, since, 0.01)
+    assert path is not None and paced is not None
+    assert path < 2 * paced  # its bursts at about its mean's pace
+    assert not bursts_outpace(path, paced, 2.0)
+    # a server's limit: vsftpd at 10 Mbit/s behind 40, its bursts at the link's rate
+    t, n = _late_reader_bursts(6, 16)
+    path = burst_path_rate(t, n, 0)
+    paced = paced_rate(t, n, 0)
+    assert path is not None and paced is not None and path > 3 * paced
+    assert bursts_outpace(path, paced, 2.0)
+    assert bursts_outpace(None, paced, 2.0)  # unknown: as before
 
 
 def test_connections_that_fill_the_path() -> None:

@@ -65,6 +65,7 @@ from pftp_client.streams import (
     StreamTrial,
     burst_bytes,
     burst_path_rate,
+    bursts_outpace,
     connections_for,
     gained,
     idle_share,
@@ -1709,7 +1710,7 @@ class DownloadEngine:
             # (the rate it is held to, and the path's read inside its bursts)
             paced = paced_rate(times, sizes, int(since * 1e9), pause_s)
             path = burst_path_rate(times, sizes, int(since * 1e9), pause_s)
-            if paused and path and paced and path < self.cfg.stream_burst_pace * paced:
+            if paused and not bursts_outpace(path, paced, self.cfg.stream_burst_pace):
                 # (bursts at about its mean's pace: the gaps are stalls, such as a
                 # slow link's loss recovery, not a server's sleeps)
                 paused = False

@@ -284,6 +284,17 @@ def burst_path_rate(
     return _median(rates.astype(float))
 
 
+def bursts_outpace(path_Bps: float | None, paced_Bps: float | None, factor: float) -> bool:
+    """Do a paused connection's bursts cross ``factor`` times faster than the rate
+    it is paced to (True when either is unknown)? A server that sleeps between
+    bursts writes each at its path's rate, well above its mean; a slow link whose
+    connection stalls in loss recovery delivers what it has at about the mean's
+    pace, and its stalls are no server's sleeps."""
+    if not path_Bps or not paced_Bps:
+        return True
+    return path_Bps >= factor * paced_Bps
+
+
 def connections_for(path_Bps: float | None, held_Bps: float, have: int, most: int,
                     tolerance: float = 0.1) -> int | None:
     """How many extra connections fill a path of ``path_Bps`` when each is held
