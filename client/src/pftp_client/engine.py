@@ -1708,8 +1708,10 @@ class DownloadEngine:
                       and clump >= self.cfg.stream_early_burst_s)
             even = steady(times, sizes, int(since * 1e9))
             # (the rate it is held to, and the path's read inside its bursts)
-            paced = paced_rate(times, sizes, int(since * 1e9), pause_s)
-            path = burst_path_rate(times, sizes, int(since * 1e9), pause_s)
+            paced = path = None
+            if paused or bursts:
+                paced = paced_rate(times, sizes, int(since * 1e9), pause_s)
+                path = burst_path_rate(times, sizes, int(since * 1e9), pause_s)
             if paused and not bursts_outpace(path, paced, self.cfg.stream_burst_pace):
                 # (bursts at about its mean's pace: the gaps are stalls, such as a
                 # slow link's loss recovery, not a server's sleeps)
