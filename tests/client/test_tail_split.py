@@ -101,9 +101,35 @@ def test_rate_of_a_stalled_flow_falls_to_zero_within_the_window():
         m.add(50_000, t)
     assert m.rate(t) == pytest.approx(1_000_000, rel=0.05)
     assert m.rate(t + 1.0) == pytest.approx(2_000_000 / 3, rel=0.1)  # 2 s of data in 3 s
-    assert m.rate(t + 3.5) == pytest.approx(0.0, abs=50_000)  # stalled: was ~460 kB/s (1/t)
+    # stalled: was ~460 kB/s (1/t) once, then the bytes after the last sample
+    # (kept one per 0.1 s) still read as ~14 kB/s; silent for a window: 0
+    assert m.rate(t + 3.5) == 0.0
     m.stop()
     assert m.rate(t + 10) == m.rate(t + 3.5)  # idle (between requests): frozen
+
+
+def test_a_stalled_leaders_last_bytes_are_raced_once_another_flow_is_free():
+    """CI, session 30: a leader cut off by its link (lead start) kept the 112 bytes
+    up to the split grid's next boundary; its meter still read the bytes that came
+    after its last sample as a small rate, so the first free flow stole from a
+    working one instead, and the last 112 bytes waited 17 s for the stall timeout."""
+    from pftp_client.rate import RateMeter
+    from pftp_client.tail import Duplicate
+
+    m = RateMeter(window_s=3.0, step_s=0.1)
+    m.start(0.0)
+    t = 0.0
+    while t < 1.5:  # 4 Mbit/s, then the link goes down
+        t += 0.003
+        m.add(1448, t)
+    size = 3 * MIB
+    grid = PieceGrid(size, split_unit(256 * KIB))
+    leader = LaneView(1, reserved=524_176, end=524_288, rate=m.rate(t + 5.0))
+    other = LaneView(2, reserved=2 * MIB, end=size, rate=250_000.0)
+    move = plan_tail_move([leader, other], thief_rate=250_000.0, thief_latency_s=0.01,
+                          grid=grid, duplicate_budget_left=size // 100)
+    assert isinstance(move, Duplicate) and move.lane_id == 1
+    assert (move.start, move.end) == (524_176, 524_288)
 
 
 def test_a_period_that_ended_in_a_stall_freezes_zero_not_the_rate_before_it():

@@ -49,7 +49,13 @@ class RateMeter:
             if len(self._samples) >= 1:
                 t0, b0 = self._samples[0]
                 dt = now - t0
-                if dt >= min(self.min_span_s, self.window_s) and self.total > b0:
+                if now - max(self._last_add, t0) >= self.window_s:
+                    # (silent for a whole window. The bytes that came after the last
+                    # sample, kept one per step_s, would otherwise leave a rate that
+                    # decays as 1/t and never reaches 0: a stalled leader kept its
+                    # last 112 bytes for 17 s, tail.py never saw it stalled)
+                    self._last_rate = 0.0
+                elif dt >= min(self.min_span_s, self.window_s) and self.total > b0:
                     self._last_rate = (self.total - b0) / dt
                 elif dt >= self.window_s:
                     self._last_rate = 0.0
