@@ -545,6 +545,25 @@ def test_a_mirror_that_limits_each_connection_gets_more_connections(
 
 
 @pytest.mark.lab
+def test_a_limit_counted_in_whole_seconds_is_seen_over_a_longer_look(tmp_path: Path) -> None:
+    """nginx's limit_rate counts in whole seconds: behind a 40 Mbit/s link each
+    second's 1 MB leaves at its start, then nothing for ~0.8 s. No early look (4
+    pauses within 1 s) and no 1 s round (one burst, one long stop) sees it, and one
+    connection took the whole file at 1 MB/s (16.4 s, session 30). The long look
+    (engine._long_look: 4 s, 3 pauses of 0.1 s or more, bursts at 2.5x the paced
+    rate) gives the mirror the connections its path takes."""
+    summary = _run_limited(tmp_path, "vsftpd", http=True, link_mbit=40)
+    started, ended = _stream_events(summary)
+    print(summary["seconds"], started[:1], ended)
+    assert started and not ended
+    assert "pauses of 0.1 s or more" in started[0] and "within a burst" in started[0]
+    assert 3 <= len([d for d in started if "pauses of" in d]) <= 5  # 38 of 8 Mbit/s
+    assert summary["mirrors"][0]["bytes"] == SIZE
+    # one connection cannot carry more than LIMIT: the others did
+    assert SIZE / summary["seconds"] > 1.5 * LIMIT
+
+
+@pytest.mark.lab
 def test_a_server_limit_is_seen_in_the_first_second(tmp_path: Path) -> None:
     """vsftpd's 64 KiB bursts at 1 MB/s over a 100 Mbit/s link, each read at once
     from its start: the mirror gets its connections before the first monitor

@@ -328,6 +328,24 @@ class EngineConfig:
     # 7 more connections, no gain). A held connection's bursts cross at its path's
     # rate: 3.8-9x (vsftpd, pure-ftpd at 1-1.25 MB/s behind 40-50 Mbit/s).
     stream_burst_pace: float = 2.0
+    # The long look (engine._long_look), each monitor round for a mirror's first
+    # connection that showed no other signal: over the last stream_long_look_s, at
+    # least stream_long_pauses pauses of stream_long_pause_s (or 10 round trips) between even bursts
+    # of stream_long_min_burst or more, the connection paused stream_long_share of
+    # the time, its bursts crossing stream_long_pace times its paced rate, and no
+    # loss where the transport counts it: a server whose limit counts in whole
+    # seconds (nginx limit_rate: each second's bytes leave at its start, ~1 MB then
+    # 0.8 s of nothing, with 7 ms stops inside and a few hundred bytes alone in the
+    # pause) that no 1 s round or early look can see (lab, 40 Mbit/s, 1 MB/s: 16.4 s
+    # with one connection). Its period drifts to ~1.3 s, so 4 s hold 3 pauses.
+    # Read offline on the arrivals of 20 lab topologies (session 30), it fired on
+    # nothing else; on nginx, on every window from 4 s on.
+    stream_long_look_s: float = 4.0
+    stream_long_pauses: int = 3
+    stream_long_pause_s: float = 0.1
+    stream_long_min_burst: int = 64 * 1024
+    stream_long_share: float = 0.5
+    stream_long_pace: float = 2.5
     # A mirror the coordinator advised several connections for (Assignment.
     # connections) gets them at start, each with at least this much of its portion.
     advised_min_part_bytes: int = ADVISED_MIN_PART_BYTES
@@ -1482,6 +1500,7 @@ class DownloadEngine:
         losses: dict[str, float] = {}
         idles: dict[str, float] = {}
         clumps: dict[str, float] = {}
+        longs: dict[str, tuple[float, float, str]] = {}  # (path, paced B/s, why)
         first_round: set[str] = set()
         for f in self.flows.values():
             snap = None  # (its arrivals, read once a round)
@@ -1521,6 +1540,11 @@ class DownloadEngine:
             burst = burst_bytes(f.wait_mark, waits) if waits is not None else None
             f.wait_mark = waits
             idle = idle_share(times, sizes, int(start * 1e9))
+            if idle is None and f.stream_of is None:
+                found = self._long_look(f, times, sizes, now, share)
+                if found is not None:
+                    longs[f.id] = found
+                    self._log(f"{f.id}: {found[2]}")
             if not self._steady(f, times, sizes, start):
                 continue  # (a rate that changed leaves bursts and gaps too: no signal)
             if burst is not None and f.round_Bps:
@@ -1555,7 +1579,8 @@ class DownloadEngine:
             # seen by the early look already)
             need_idle = (self.cfg.stream_first_idle_share if f.id in first_round
                          else self.cfg.stream_idle_share)
-            by_idle = scaled or burst or (idle is not None and idle >= need_idle)
+            paused = f.id in longs
+            by_idle = scaled or burst or paused or (idle is not None and idle >= need_idle)
             if not (by_loss or by_idle):
                 continue
             if not scaled and mirror in self._advised and self._mirror_carries_expected(mirror):
@@ -1572,18 +1597,61 @@ class DownloadEngine:
                 continue
             # a sender's pauses first (they say the path takes more), then loss; a
             # mirror that scaled: from its flow with the most left
-            kind = "scaled" if scaled else "burst" if burst else "idle" if by_idle else "loss"
+            kind = ("scaled" if scaled else "burst" if burst else "pauses" if paused
+                    else "idle" if by_idle else "loss")
             if scaled:
                 key = 3.0 + (lane.owned_end - lane.reserved) / max(self.size, 1)
             else:
-                key = (2.0 if burst else idle or 0.0) if by_idle else (loss or 0.0) - 1.0
+                key = ((2.0 if burst or paused else idle or 0.0) if by_idle
+                       else (loss or 0.0) - 1.0)
             if mirror not in chosen or key > chosen[mirror][0]:
                 chosen[mirror] = (key, kind, f)
         for key, kind, f in sorted(chosen.values(), key=lambda c: -c[0]):
+            path, why = None, more.get(f.stream_of or f.id, "")
+            if kind == "pauses":
+                path, f.round_Bps, why = longs[f.id]  # (judged against its paced rate)
             self._start_trial(f, key, kind, now, losses, idles, clumps, bool(access),
-                              reason=more.get(f.stream_of or f.id, ""))
+                              reason=why, path_Bps=path)
             if not access:
                 break  # (one at a time: the others' rates tell whether it paid)
+
+    def _long_look(
+        self, f: Flow, times: np.ndarray, sizes: np.ndarray, now: float,
+        loss: float | None,
+    ) -> tuple[float, float, str] | None:
+        """Lock held: (the path's rate, the paced rate, why) when ``f``'s arrivals
+        over the last stream_long_look_s show a server's pauses of whole fractions
+        of a second (EngineConfig.stream_long_look_s); None otherwise."""
+        cfg = self.cfg
+        lane = f.lane
+        begin = now - cfg.stream_long_look_s
+        if (lane is None or lane.first_byte is None or lane.first_byte > begin
+                or not times.size or times[0] > int(begin * 1e9)):
+            return None  # (not that long on this range, or the ring holds less)
+        if loss is not None and loss >= 0.001:
+            return None  # (pauses after losses are the sender's recovery)
+        pause_s = max(cfg.stream_long_pause_s, cfg.stream_early_pause_rtts * self._path_rtt(f))
+        since = int(begin * 1e9)
+        # (less than a segment on its own: nginx sends each second's remainder, a
+        # few hundred bytes, between two pauses; it would read as an uneven burst)
+        whole = sizes >= 1024
+        times, sizes = times[whole], sizes[whole]
+        share = paused_share(times, sizes, since, min_pauses=cfg.stream_long_pauses,
+                             max_spread=cfg.stream_early_spread, min_arrivals=20,
+                             pause_s=pause_s, min_burst=cfg.stream_long_min_burst)
+        path = burst_path_rate(times, sizes, since, pause_s) if share else None
+        paced = paced_rate(times, sizes, since, pause_s) if share else None
+        _LOG.debug("%s: long look: paused %s (%g s pauses), within a burst %s B/s, "
+                   "paced %s B/s", f.id, share, pause_s, path, paced)
+        if share is None or share < cfg.stream_long_share:
+            return None
+        if not path or not paced or not bursts_outpace(path, paced, cfg.stream_long_pace):
+            return None
+        return path, paced, (
+            f"its data arrive in bursts with pauses of {pause_s:g} s or more, paused "
+            f"{share:.0%} of the last {cfg.stream_long_look_s:g} s, "
+            f"{path * 8 / 1e6:.1f} Mbit/s within a burst"
+        )
 
     def _arrivals(self, f: Flow) -> tuple[np.ndarray, np.ndarray]:
         """``f``'s recent (arrival ns, bytes); an extra connection's are kept apart
