@@ -1628,8 +1628,8 @@ class DownloadEngine:
         if (lane is None or lane.first_byte is None or lane.first_byte > begin
                 or not times.size or times[0] > int(begin * 1e9)):
             return None  # (not that long on this range, or the ring holds less)
-        if loss is not None and loss >= 0.001:
-            return None  # (pauses after losses are the sender's recovery)
+        if loss is not None and loss >= cfg.stream_loss_share:
+            return None  # (pauses after losses are the sender's recovery, as below)
         pause_s = max(cfg.stream_long_pause_s, cfg.stream_early_pause_rtts * self._path_rtt(f))
         since = int(begin * 1e9)
         # (less than a segment on its own: nginx sends each second's remainder, a
@@ -1639,8 +1639,7 @@ class DownloadEngine:
         share = paused_share(times, sizes, since, min_pauses=cfg.stream_long_pauses,
                              max_spread=cfg.stream_early_spread, min_arrivals=20,
                              pause_s=pause_s, min_burst=cfg.stream_long_min_burst)
-        path = burst_path_rate(times, sizes, since, pause_s) if share else None
-        paced = paced_rate(times, sizes, since, pause_s) if share else None
+        paced, path = self._burst_rates(times, sizes, since, pause_s) if share else (None, None)
         _LOG.debug("%s: long look: paused %s (%g s pauses), within a burst %s B/s, "
                    "paced %s B/s", f.id, share, pause_s, path, paced)
         if share is None or share < cfg.stream_long_share:
@@ -1652,6 +1651,15 @@ class DownloadEngine:
             f"{share:.0%} of the last {cfg.stream_long_look_s:g} s, "
             f"{path * 8 / 1e6:.1f} Mbit/s within a burst"
         )
+
+    @staticmethod
+    def _burst_rates(
+        times: np.ndarray, sizes: np.ndarray, since_ns: int, pause_s: float | None
+    ) -> tuple[float | None, float | None]:
+        """(the rate a paused connection is held to, the path's rate inside its
+        bursts) since ``since_ns``: what the early and the long look both judge."""
+        return (paced_rate(times, sizes, since_ns, pause_s),
+                burst_path_rate(times, sizes, since_ns, pause_s))
 
     def _arrivals(self, f: Flow) -> tuple[np.ndarray, np.ndarray]:
         """``f``'s recent (arrival ns, bytes); an extra connection's are kept apart
@@ -1776,10 +1784,8 @@ class DownloadEngine:
                       and clump >= self.cfg.stream_early_burst_s)
             even = steady(times, sizes, int(since * 1e9))
             # (the rate it is held to, and the path's read inside its bursts)
-            paced = path = None
-            if paused or bursts:
-                paced = paced_rate(times, sizes, int(since * 1e9), pause_s)
-                path = burst_path_rate(times, sizes, int(since * 1e9), pause_s)
+            paced, path = (self._burst_rates(times, sizes, int(since * 1e9), pause_s)
+                           if paused or bursts else (None, None))
             if paused and not bursts_outpace(path, paced, self.cfg.stream_burst_pace):
                 # (bursts at about its mean's pace: the gaps are stalls, such as a
                 # slow link's loss recovery, not a server's sleeps)
