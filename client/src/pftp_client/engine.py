@@ -80,6 +80,7 @@ from pftp_client.streams import (
     scales,
     steady,
     streams_to_add,
+    without_crumbs,
 )
 from pftp_client.summary import EventKind, MirrorEvent, MirrorStats
 from pftp_client.tail import (
@@ -339,13 +340,24 @@ class EngineConfig:
     # pause) that no 1 s round or early look can see (lab, 40 Mbit/s, 1 MB/s: 16.4 s
     # with one connection). Its period drifts to ~1.3 s, so 4 s hold 3 pauses.
     # Read offline on the arrivals of 20 lab topologies (session 30), it fired on
-    # nothing else; on nginx, on every window from 4 s on.
+    # nothing else; on nginx, on every window from 4 s on. Session 31: a younger
+    # range is read from its start (three pauses are the evidence, not the
+    # window's length), a second's leftover alone between two pauses is part of
+    # the pause (streams.without_crumbs), and a mirror whose connections carry
+    # stream_path_full of the path's rate gets no more (lab, 4 nginx mirrors held
+    # to 1.25 MB/s behind 40 Mbit/s, 83 MB: 2.43x -> 1.55x the bound).
     stream_long_look_s: float = 4.0
     stream_long_pauses: int = 3
     stream_long_pause_s: float = 0.1
     stream_long_min_burst: int = 64 * 1024
     stream_long_share: float = 0.5
     stream_long_pace: float = 2.5
+    # Between monitor rounds the long look reads a mirror's first connection every
+    # stream_long_every_s from stream_early_s after its first data until
+    # stream_long_look_s (engine._long_looks): a whole-second limit's third pause
+    # ends anywhere within a round, and the round's look came up to 1 s after it
+    # (lab, nginx 1.25 MB/s behind 40 Mbit/s: at 2.0 or 3.0 s).
+    stream_long_every_s: float = 0.1
     # A mirror the coordinator advised several connections for (Assignment.
     # connections) gets them at start, each with at least this much of its portion.
     advised_min_part_bytes: int = ADVISED_MIN_PART_BYTES
@@ -440,6 +452,8 @@ class Flow:
     round_before: float | None = None  # ... and the one before it
     early_looked: bool = False  # its first second was read (_early_look)
     early_next: float | None = None  # when _early_look reads it again
+    long_next: float | None = None  # when _long_looks reads it again
+    long_done: bool = False  # _long_looks is over for it (the rounds' look goes on)
     after_parent: bool = False  # an advised connection: opens after its mirror's first
 
     def rate_estimate(self, now: float) -> float | None:
@@ -1579,7 +1593,9 @@ class DownloadEngine:
             # seen by the early look already)
             need_idle = (self.cfg.stream_first_idle_share if f.id in first_round
                          else self.cfg.stream_idle_share)
-            paused = f.id in longs
+            # (a mirror whose connections together carry its path's rate has what
+            # it takes: its first one stays held all the same)
+            paused = f.id in longs and not self._fills_path(mirror, longs[f.id][0])
             by_idle = scaled or burst or paused or (idle is not None and idle >= need_idle)
             if not (by_loss or by_idle):
                 continue
@@ -1615,6 +1631,14 @@ class DownloadEngine:
             if not access:
                 break  # (one at a time: the others' rates tell whether it paid)
 
+    def _fills_path(self, mirror: str, path_Bps: float) -> bool:
+        """Lock held: do ``mirror``'s live connections together carry stream_path_full
+        of ``path_Bps`` (the path's rate read inside a held connection's bursts)
+        over the round?"""
+        total = sum(g.round_Bps or 0.0 for g in self.flows.values()
+                    if (g.stream_of or g.id) == mirror and g.alive and not g.cancel.is_set())
+        return total >= self.cfg.stream_path_full * path_Bps
+
     def _long_look(
         self, f: Flow, times: np.ndarray, sizes: np.ndarray, now: float,
         loss: float | None,
@@ -1624,10 +1648,13 @@ class DownloadEngine:
         of a second (EngineConfig.stream_long_look_s); None otherwise."""
         cfg = self.cfg
         lane = f.lane
-        begin = now - cfg.stream_long_look_s
-        if (lane is None or lane.first_byte is None or lane.first_byte > begin
-                or not times.size or times[0] > int(begin * 1e9)):
-            return None  # (not that long on this range, or the ring holds less)
+        if lane is None or lane.first_byte is None:
+            return None
+        # (a younger range from its start: three pauses are the evidence, not the
+        # window's length, and they can come within 2 s)
+        begin = max(now - cfg.stream_long_look_s, lane.first_byte + cfg.stream_early_skip_s)
+        if now <= begin or not times.size or times[0] > int(begin * 1e9):
+            return None  # (the ring no longer holds the window's start)
         if loss is not None and loss >= cfg.stream_loss_share:
             return None  # (pauses after losses are the sender's recovery, as below)
         pause_s = max(cfg.stream_long_pause_s, cfg.stream_early_pause_rtts * self._path_rtt(f))
@@ -1635,7 +1662,8 @@ class DownloadEngine:
         # (less than a segment on its own: nginx sends each second's remainder, a
         # few hundred bytes, between two pauses; it would read as an uneven burst)
         whole = sizes >= 1024
-        times, sizes = times[whole], sizes[whole]
+        times, sizes = without_crumbs(times[whole], sizes[whole], pause_s,
+                                      cfg.stream_long_min_burst)
         share = paused_share(times, sizes, since, min_pauses=cfg.stream_long_pauses,
                              max_spread=cfg.stream_early_spread, min_arrivals=20,
                              pause_s=pause_s, min_burst=cfg.stream_long_min_burst)
@@ -1648,7 +1676,7 @@ class DownloadEngine:
             return None
         return path, paced, (
             f"its data arrive in bursts with pauses of {pause_s:g} s or more, paused "
-            f"{share:.0%} of the last {cfg.stream_long_look_s:g} s, "
+            f"{share:.0%} of the last {now - begin:.1f} s, "
             f"{path * 8 / 1e6:.1f} Mbit/s within a burst"
         )
 
@@ -1821,6 +1849,15 @@ class DownloadEngine:
                 why += f", {path * 8 / 1e6:.1f} Mbit/s within a burst"
             self._log(f"{f.id}: {why} (first {now - since:.2f} s)")
             looked.append((f, share or 1.0, "pauses", why))
+        self._start_looked(looked, held, paths, now)
+
+    def _start_looked(
+        self, looked: list[tuple[Flow, float, str, str]], held: dict[str, float | None],
+        paths: dict[str, float | None], now: float,
+    ) -> None:
+        """Lock held: trials for the connections a look between rounds found held
+        (``held``: the rate each is held to, ``paths``: its path's, when read),
+        strongest first; one at a time unless the access link is known."""
         if not looked:
             return
         # the rates the trial compares with: every flow's over the same time
@@ -1842,6 +1879,53 @@ class DownloadEngine:
                               path_Bps=paths.get(f.id))
             if not access:
                 break
+
+    def _long_look_due(self) -> float | None:
+        """Lock held: when the next first connection is due its long look between
+        monitor rounds (_long_looks)."""
+        if self.cfg.max_streams <= 1 or self.cfg.stream_long_every_s <= 0:
+            return None
+        due = [f.long_next if f.long_next is not None
+               else f.first_data + self.cfg.stream_early_s for f in self.flows.values()
+               if f.first_data is not None and f.stream_of is None and not f.long_done]
+        return min(due, default=None)
+
+    def _long_looks(self, now: float) -> None:
+        """Lock held: the long look (_long_look) at mirrors' first connections
+        between monitor rounds, every stream_long_every_s from stream_early_s after
+        their first data until stream_long_look_s (after that the rounds' look goes
+        on alone). A mirror with connections of its own or a trial is not read."""
+        if not numpy_preload.ready():
+            return
+        cfg = self.cfg
+        looked: list[tuple[Flow, float, str, str]] = []
+        held: dict[str, float | None] = {}
+        paths: dict[str, float | None] = {}
+        for f in self.flows.values():
+            if f.first_data is None or f.stream_of is not None or f.long_done:
+                continue
+            if now < (f.long_next if f.long_next is not None
+                      else f.first_data + cfg.stream_early_s):
+                continue
+            f.long_next = now + cfg.stream_long_every_s
+            if (not f.alive or now > f.first_data + cfg.stream_long_look_s
+                    or f.id in self._no_streams or f.id in self._advised):
+                f.long_done = True
+                continue
+            if f.id in self._stream_trials or self._streams_of(f.id, live=True):
+                continue
+            ask = getattr(f.fetcher, "out_of_order", None)
+            counts = ask() if ask is not None else None
+            loss = loss_share(None, counts) if counts is not None else None
+            times, sizes = self._arrivals(f)
+            found = self._long_look(f, times, sizes, now, loss)
+            if found is None:
+                continue
+            f.long_done = True
+            paths[f.id], held[f.id], why = found
+            self._log(f"{f.id}: {why} (between rounds)")
+            looked.append((f, 2.0, "pauses", why))
+        self._start_looked(looked, held, paths, now)
 
     def _early_paused(
         self, f: Flow, times: np.ndarray, sizes: np.ndarray, since: float
@@ -3155,6 +3239,12 @@ class DownloadEngine:
                         early = self._early_look_due()
                     if early is not None:
                         due = early if due is None else min(due, early)
+                    long = self._long_look_due()
+                    if long is not None and long <= now:
+                        self._long_looks(now)
+                        long = self._long_look_due()
+                    if long is not None:
+                        due = long if due is None else min(due, long)
                     if self._stream_trials:
                         judge = self._trials_due(now)
                         if judge is not None:

@@ -212,6 +212,27 @@ def paused_share(
     return best
 
 
+def without_crumbs(
+    times_ns: np.ndarray, nbytes: np.ndarray, pause_s: float, min_burst: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The arrivals without the runs between two pauses (gaps of ``pause_s`` or
+    more) that carry less than ``min_burst`` bytes in all: a server that counts
+    its limit in whole seconds sends what is left of a second's allowance, a
+    segment or two, on its own between two long pauses (nginx limit_rate, lab:
+    1158 bytes between bursts of 0.8-1.3 MB), which would read as an uneven burst.
+    The first and the last run are kept (a window's edges cut them)."""
+    import numpy as np
+
+    if times_ns.size < 3:
+        return times_ns, nbytes
+    cut = np.diff(times_ns) >= int(pause_s * 1e9)
+    run = np.concatenate(([0], np.cumsum(cut)))
+    carried = np.bincount(run, weights=nbytes)
+    keep = carried[run] >= min_burst
+    keep |= (run == 0) | (run == run[-1])
+    return times_ns[keep], nbytes[keep]
+
+
 def paced_rate(
     times_ns: np.ndarray, nbytes: np.ndarray, since_ns: int, pause_s: float | None = None
 ) -> float | None:

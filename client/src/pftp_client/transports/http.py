@@ -192,6 +192,21 @@ class HttpFetcher:
         except (OSError, ValueError):
             return None
 
+    def out_of_order(self) -> tuple[int, int] | None:
+        """(segments out of order, segments) on the last response's connection so
+        far (window.out_of_order_counts): the receiver's view of the path's loss,
+        as FtpFetcher.out_of_order's. None without one or where the kernel does not
+        say. Thread-safe (the engine's monitor asks)."""
+        from pftp_client.transports.window import out_of_order_counts
+
+        sock = self._sock
+        if sock is None:
+            return None
+        try:
+            return out_of_order_counts(sock)
+        except (OSError, ValueError):
+            return None
+
     def keep_spare(self) -> None:
         """Have a second connection open and idle in the client's pool (a HEAD on
         it, from a thread) for the next range's GET (start_next): that GET's first
