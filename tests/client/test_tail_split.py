@@ -8,7 +8,13 @@ import math
 import pytest
 from pftp_client.cli import EXIT_USAGE, build_parser, run
 from pftp_client.pieces import SPLIT_UNIT, PieceGrid, split_unit
-from pftp_client.tail import LaneView, Steal, plan_tail_move
+from pftp_client.tail import (
+    LaneView,
+    Steal,
+    measures_a_request,
+    plan_tail_move,
+    switch_latency_s,
+)
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -389,3 +395,18 @@ def test_with_no_other_flow_to_run_dry_the_pair_split_stands():
                           duplicate_budget_left=0)
     pair = 600_000 * (3 * MIB + thief * latency) / (600_000 + thief)
     assert move == Steal(1, grid.align_up(10 * MIB + math.ceil(pair)), 13 * MIB)
+
+
+def test_a_first_byte_sooner_than_half_a_round_trip_measures_no_request():
+    # an HTTP head start's buffered bytes reach the engine 30-50 us after it asks
+    assert not measures_a_request(40e-6, 0.160)
+    assert measures_a_request(0.165, 0.160)  # a GET on the kept connection
+    assert measures_a_request(40e-6, None)  # no RTT known: taken as it comes
+    assert measures_a_request(0.0003, 0.0004)  # a LAN's round trip
+
+
+def test_a_switch_is_costed_in_round_trips_until_one_is_measured():
+    assert switch_latency_s(0.21, 0.08, 2, 0.05) == 0.21
+    assert switch_latency_s(None, 0.16, 1, 0.05) == pytest.approx(0.16)
+    assert switch_latency_s(None, 0.08, 2, 0.05) == pytest.approx(0.16)
+    assert switch_latency_s(None, 0.0, 2, 0.05) == 0.05

@@ -88,9 +88,11 @@ from pftp_client.tail import (
     LaneView,
     Steal,
     begun_ahead_latency_s,
+    measures_a_request,
     overlap_lead_bytes,
     plan_tail_move,
     pool_share,
+    switch_latency_s,
 )
 from pftp_client.transports.base import (
     Cancelled,
@@ -2686,10 +2688,13 @@ class DownloadEngine:
         HTTP, where the connection stays: the sender's window restarts after an idle
         spell longer than its RTO, and leaving the term out there measured worse:
         7.12-7.27 s against 6.82-6.91 s on the wide-area paths.)"""
-        switch = flow.switch_s if flow.switch_s is not None else flow.latency_s
-        if switch is None:
-            switch = self.cfg.default_latency_s
-        return switch + slow_start_s(rate, self._path_rtt(flow))
+        rtt = self._path_rtt(flow)
+        rounds = getattr(flow.fetcher, "ahead_round_trips", None)
+        switch = switch_latency_s(
+            flow.switch_s if flow.switch_s is not None else flow.latency_s,
+            rtt, rounds() if rounds is not None else 2, self.cfg.default_latency_s,
+        )
+        return switch + slow_start_s(rate, rtt)
 
     @staticmethod
     def _path_rtt(flow: Flow) -> float:
@@ -2949,8 +2954,10 @@ class DownloadEngine:
                 raise TransferError(f"fetcher delivered offset {offset}, expected {lane.reserved}")
             if lane.first_byte is None:
                 lane.first_byte = now
-                if lane.requested_at is not None and not lane.ahead:
-                    lat = now - lane.requested_at
+                lat = now - lane.requested_at if lane.requested_at is not None else None
+                path_rtt = getattr(flow.fetcher, "path_rtt", None)
+                if (lat is not None and not lane.ahead
+                        and measures_a_request(lat, path_rtt() if path_rtt else None)):
                     flow.latency_s = (
                         lat if flow.latency_s is None else 0.7 * flow.latency_s + 0.3 * lat
                     )
