@@ -729,6 +729,22 @@ def test_connections_a_mirror_refuses_cost_nothing_but_their_attempt(tmp_path: P
 
 
 @pytest.mark.lab
+def test_requests_an_http_mirror_refuses_cost_nothing_but_their_attempt(
+    tmp_path: Path,
+) -> None:
+    """nginx with limit_conn 2 per address answers "503" to a third request at once:
+    that connection goes without retries, its range back to the others; the
+    mirror is not counted as failing, and its two connections carry the file."""
+    summary = _run_limited(tmp_path, "vsftpd", http=True, max_per_ip=2)
+    refused = _events(summary, "stream", "not taken")
+    print(summary["seconds"], refused, summary["events"])
+    assert refused and all("503" in d for d in refused)
+    assert not _events(summary, "failed") and not _events(summary, "retry")
+    assert summary["mirrors"][0]["bytes"] == SIZE
+    assert SIZE / summary["seconds"] > 1.3 * LIMIT  # the second connection carried its share
+
+
+@pytest.mark.lab
 def test_one_connection_per_mirror_when_asked(tmp_path: Path) -> None:
     # (6 MiB at 1 MB/s: time for a trial, which would take 3 more)
     summary = _run_limited(tmp_path, "vsftpd", extra=("--max-connections", "1"),

@@ -268,10 +268,17 @@ def proftpd_argv(
 
 
 def nginx_argv(
-    conf_dir: Path, root: Path, addr: str, port: int = 80, conn_rate_Bps: int | None = None
+    conf_dir: Path, root: Path, addr: str, port: int = 80, conn_rate_Bps: int | None = None,
+    max_per_ip: int | None = None,
 ) -> list[str]:
-    """nginx serving `root` over HTTP (Range supported), in the foreground."""
+    """nginx serving `root` over HTTP (Range supported), in the foreground; with
+    ``max_per_ip``, at most that many requests at once from one address (limit_conn:
+    the others are answered 503, as a mirror's admin sets it)."""
     limit = f"limit_rate {int(conn_rate_Bps)};" if conn_rate_Bps else ""
+    zone = ""
+    if max_per_ip:
+        zone = "limit_conn_zone $binary_remote_addr zone=perip:1m;"
+        limit += f" limit_conn perip {int(max_per_ip)};"
     binary = _tool("nginx")
     tmp = conf_dir / "nginx-tmp"
     tmp.mkdir(exist_ok=True)
@@ -290,6 +297,7 @@ http {{
     tcp_nopush on;
     keepalive_timeout 30;
     default_type application/octet-stream;
+    {zone}
     client_body_temp_path {tmp}/body;
     proxy_temp_path {tmp}/proxy;
     fastcgi_temp_path {tmp}/fastcgi;

@@ -57,8 +57,9 @@ class MirrorSpec:
     # vsftpd anon_max_rate, pure-ftpd --anonymousbandwidth, proftpd TransferRate,
     # nginx limit_rate. Each connection is held to it; several share the link.
     conn_rate_Bps: int | None = None
-    # the FTP server's limit on connections from one address (vsftpd max_per_ip,
-    # pure-ftpd --maxclientsperip, proftpd MaxClientsPerHost); None: the lab's 500
+    # the servers' limit on connections from one address (vsftpd max_per_ip,
+    # pure-ftpd --maxclientsperip, proftpd MaxClientsPerHost; nginx limit_conn, on
+    # requests at once: 503 to the others); None: the lab's 500 (nginx: none)
     max_per_ip: int | None = None
 
 
@@ -521,7 +522,8 @@ class Lab:
                                m.conf_dir / f"{m.kind}.out")]
         if m.http:
             m.procs.append(self._spawn(m.ns, nginx_argv(m.conf_dir, m.root, m.addr,
-                                                        conn_rate_Bps=m.conn_rate_Bps),
+                                                        conn_rate_Bps=m.conn_rate_Bps,
+                                                        max_per_ip=m.max_per_ip),
                                        m.conf_dir / "nginx.out"))
         m.alive = True
 
