@@ -24,7 +24,7 @@ SHA = "ab" * 32
 MIB = 1 << 20
 
 
-def mirror(mid, *, mbps=10.0, enabled=True, state="up", urls=None, connections=None):
+def mirror(mid, *, mbps=10.0, enabled=True, state="up", urls=None, connections=None, rtt_s=0.02):
     return MirrorInfo(
         id=mid,
         name=f"m{mid}",
@@ -36,7 +36,7 @@ def mirror(mid, *, mbps=10.0, enabled=True, state="up", urls=None, connections=N
         metrics=MirrorMetrics(
             key=mid,
             probe_throughput_bps=mbps * 1e6,
-            rtt_s=0.02,
+            rtt_s=rtt_s,
             loss=0.0,
             probe_ts=NOW,
             probe_connections=connections,
@@ -90,6 +90,24 @@ def test_assignments_cover_the_file_and_follow_rank():
     assert resp.assignments[0].url == "ftp://10.0.0.2/pub/dist/iso/big.iso"
     assert set(resp.assignments[0].explain) >= {"bandwidth", "rtt", "loss"}
     assert resp.file.sha256 == SHA and len(resp.request_id) == 32
+
+
+def test_portions_count_the_set_up_of_the_protocol_the_client_will_use():
+    """Over HTTP a mirror's first byte comes two round trips sooner than over FTP
+    (no login, no data connection): a far mirror loses less to its start, and its
+    portion is counted with its own protocol's round trips."""
+    snap = snapshot([mirror(1, mbps=10), mirror(2, mbps=40, rtt_s=0.1), mirror(3, mbps=20),
+                     mirror(4, mbps=5)])
+    resp = plan(snap, bw=int(60e6), protocols=("http", "ftp"))
+    assert resp.assignments[0].url.startswith("http://")
+    first, second = (a.length for a in resp.assignments)
+    lost = [40e6 / 8 * start_delay_s(40e6, 0.1, 4), 20e6 / 8 * start_delay_s(20e6, 0.02, 4)]
+    assert 2 * second - first == pytest.approx(lost[0] - 2 * lost[1], abs=4)
+    far_over_ftp = plan(snap, bw=int(60e6)).assignments[0]
+    assert far_over_ftp.url.startswith("ftp://")
+    # the far one starts 2 x (0.1 - 0.02) s sooner than before against the near one:
+    # r_far x r_near / (r_far + r_near) x 0.16 s more bytes for it
+    assert first - far_over_ftp.length == pytest.approx(5e6 * 2.5e6 / 7.5e6 * 0.16, abs=4)
 
 
 def test_slow_client_gets_one_mirror():

@@ -152,3 +152,15 @@ def test_a_mirror_that_would_start_after_the_end_gets_nothing():
     weights = finish_together_weights(size, [80e6, 10e6], [0.0, 2.0])
     assert weights[1] == 0.0 and weights[0] > 0
     assert [p.index for p in split_portions(size, weights)] == [0]
+
+
+def test_an_http_mirror_starts_two_round_trips_sooner_than_an_ftp_one():
+    from pftp_coordinator.portions import setup_round_trips, start_delay_s
+
+    assert setup_round_trips("ftp://m/pub/") == 6
+    assert setup_round_trips("http://m/pub/") == 4
+    assert setup_round_trips("HTTPS://m/pub/") == 5  # TLS's handshake
+    assert setup_round_trips("") == 6
+    ftp = start_delay_s(40e6, 0.08, setup_round_trips("ftp://m/"))
+    http = start_delay_s(40e6, 0.08, setup_round_trips("http://m/"))
+    assert ftp - http == pytest.approx(2 * 0.08)

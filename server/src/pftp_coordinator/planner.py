@@ -23,7 +23,12 @@ from pftp_wire.models import AssignmentRequest, AssignmentResponse
 from pydantic_core import to_json
 
 from pftp_coordinator.active_downloads import expected_seconds
-from pftp_coordinator.portions import finish_together_weights, split_portions, start_delay_s
+from pftp_coordinator.portions import (
+    finish_together_weights,
+    setup_round_trips,
+    split_portions,
+    start_delay_s,
+)
 from pftp_coordinator.ranking import (
     MirrorMetrics,
     MirrorRank,
@@ -197,8 +202,10 @@ def _plan(
     cap = request.access_bandwidth_bps or math.inf
 
     def starts(ranks: Sequence[MirrorRank]) -> dict[int, float]:
+        # (by the protocol the client will use there: HTTP's first byte comes sooner)
         return {
-            r.key: start_delay_s(min(r.expected_bps or 0.0, cap), table.rtt_s[table.row_of[r.key]])
+            r.key: start_delay_s(min(r.expected_bps or 0.0, cap), table.rtt_s[table.row_of[r.key]],
+                                 setup_round_trips(cand.where.get(r.key, ("",))[0]))
             for r in ranks if r.key in table.row_of
         }
 

@@ -28,14 +28,30 @@ from pftp_wire.tcp_model import slow_start_s
 # REST+RETR with the data connection's handshake (2). Measured in the lab with
 # delay lines: 6 round trips apart between mirrors 20 and 80 ms away.
 SETUP_ROUND_TRIPS = 6
+# Over HTTP the first byte comes two round trips sooner (connect, then the GET:
+# no login, no data connection); TLS adds one (1.3's handshake).
+HTTP_SETUP_ROUND_TRIPS = SETUP_ROUND_TRIPS - 2
 
 
-def start_delay_s(rate_bps: float, rtt_s: float | None) -> float:
-    """Seconds a mirror at ``rtt_s`` starts behind one next door: its set-up round
-    trips, then slow start (pftp_wire.tcp_model, which the client's steals use too)."""
+def setup_round_trips(url: str) -> int:
+    """Set-up round trips to the first byte from a mirror at ``url`` (by scheme)."""
+    scheme = url.partition(":")[0].lower()
+    if scheme == "http":
+        return HTTP_SETUP_ROUND_TRIPS
+    if scheme == "https":
+        return HTTP_SETUP_ROUND_TRIPS + 1
+    return SETUP_ROUND_TRIPS
+
+
+def start_delay_s(
+    rate_bps: float, rtt_s: float | None, round_trips: int = SETUP_ROUND_TRIPS
+) -> float:
+    """Seconds a mirror at ``rtt_s`` starts behind one next door: its set-up
+    ``round_trips`` (setup_round_trips), then slow start (pftp_wire.tcp_model,
+    which the client's steals use too)."""
     if not rtt_s or rtt_s <= 0:
         return 0.0
-    return SETUP_ROUND_TRIPS * rtt_s + slow_start_s(rate_bps / 8, rtt_s)
+    return round_trips * rtt_s + slow_start_s(rate_bps / 8, rtt_s)
 
 
 def finish_together_weights(

@@ -195,3 +195,15 @@ def test_pure_helpers() -> None:
     assert not status_error("u", 403).transient
     with pytest.raises(ValueError):
         HttpFetcher("ftp://x/y")
+
+
+def test_the_paths_rtt_outlives_the_connection_it_was_read_on(nginx_server) -> None:
+    # (a head start's connection closes when its range is done: the tail still
+    # costs a switch on this path in its round trips)
+    nginx_server.put("f.bin", payload(100_000, seed=7))
+    with fetcher(nginx_server.url("f.bin")) as f:
+        assert f.path_rtt() is None  # nothing asked yet
+        fetch(f, 0, 50_000)
+        rtt = f.path_rtt()
+        assert rtt is not None and rtt > 0
+    assert f.path_rtt() == rtt  # its connections are closed now

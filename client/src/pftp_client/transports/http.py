@@ -104,6 +104,7 @@ class HttpFetcher:
         self._total: int | None = None
         self._closed = False
         self._sock: socket.socket | None = None  # the last response's, for path_rtt
+        self._rtt: float | None = None  # the last RTT read from one (path_rtt)
         # The next range, begun on a second connection before this one ends.
         self._next: AheadReader | None = None
         self.overlapped = 0  # ranges begun ahead and taken over (reports and tests)
@@ -173,6 +174,7 @@ class HttpFetcher:
         sock = stream.get_extra_info("socket") if stream is not None else None
         if isinstance(sock, socket.socket):
             self._sock = sock
+            self.path_rtt()  # (read while it is open: the path's RTT outlives it)
 
     def waited_reads(self) -> tuple[int, int]:
         """(reads that waited for data, bytes they returned) over this fetcher's
@@ -180,17 +182,20 @@ class HttpFetcher:
         return self.waits[0], self.waits[1]
 
     def path_rtt(self) -> float | None:
-        """The last response's connection's smoothed RTT in seconds (None without
-        one or a measurement). Thread-safe."""
+        """The last response's connection's smoothed RTT in seconds; once that
+        connection is closed (a head start's, when its range is done), the last
+        one read from it (None without any). Thread-safe."""
         from pftp_client.transports.window import smoothed_rtt
 
         sock = self._sock
-        if sock is None:
-            return None
-        try:
-            return smoothed_rtt(sock)
-        except (OSError, ValueError):
-            return None
+        if sock is not None:
+            try:
+                rtt = smoothed_rtt(sock)
+            except (OSError, ValueError):
+                rtt = None
+            if rtt:
+                self._rtt = rtt
+        return self._rtt
 
     def out_of_order(self) -> tuple[int, int] | None:
         """(segments out of order, segments) on the last response's connection so
@@ -274,6 +279,7 @@ class HttpFetcher:
             return
         self._next = head
         self._sock = head.sock  # (the path's RTT, as a response's: _keep_socket)
+        self.path_rtt()
 
     def head_progress(self) -> tuple[float, list[tuple[float, int]], float | None] | None:
         """While a head transfer waits for its fetch: (time.monotonic() of its GET,
