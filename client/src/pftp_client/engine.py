@@ -1221,7 +1221,7 @@ class DownloadEngine:
         started = lane.requested_at if lane is not None else None
         if started is not None and self._lead_head_at is not None:
             started = min(started, self._lead_head_at)
-        rtt = leader.latency_s if leader.latency_s is not None else self.cfg.default_latency_s
+        rtt = self._request_latency(leader)
         assert self.cfg.access_bps
         verdict, why = judge_start(
             self._lead_samples, started=started or self._lead_since, now=now, rtt_s=rtt,
@@ -1457,7 +1457,7 @@ class DownloadEngine:
         3.31 Mbit/s for a full 4 Mbit/s link (slow access, 3 of 38 coordinated
         runs), and the backup that joined split the lane and cost 0.4-0.6 s in bytes
         sent past lane ends. Several flows seldom all pause."""
-        rtts = [f.latency_s for f in self.flows.values() if f.alive and f.latency_s is not None]
+        rtts = [self._request_latency(f) for f in self.flows.values() if f.alive]
         return rate_after_recovery(
             self._aggregate.samples(since), rtt_s=max(rtts, default=self.cfg.default_latency_s),
             access_Bps=link_Bps, s=self.cfg.lead, step_s=self._aggregate.step_s,
@@ -2688,13 +2688,19 @@ class DownloadEngine:
         HTTP, where the connection stays: the sender's window restarts after an idle
         spell longer than its RTO, and leaving the term out there measured worse:
         7.12-7.27 s against 6.82-6.91 s on the wide-area paths.)"""
-        rtt = self._path_rtt(flow)
+        switch = (flow.switch_s if flow.switch_s is not None
+                  else self._request_latency(flow))
+        return switch + slow_start_s(rate, self._path_rtt(flow))
+
+    def _request_latency(self, flow: Flow) -> float:
+        """A new request's latency to its first byte on ``flow``'s path: as its
+        requests measured it, else the transport's round trips for one at the path's
+        RTT (tail.switch_latency_s; a range from a head start measures none), else
+        default_latency_s."""
         rounds = getattr(flow.fetcher, "ahead_round_trips", None)
-        switch = switch_latency_s(
-            flow.switch_s if flow.switch_s is not None else flow.latency_s,
-            rtt, rounds() if rounds is not None else 2, self.cfg.default_latency_s,
-        )
-        return switch + slow_start_s(rate, rtt)
+        return switch_latency_s(flow.latency_s, self._path_rtt(flow),
+                                rounds() if rounds is not None else 2,
+                                self.cfg.default_latency_s)
 
     @staticmethod
     def _path_rtt(flow: Flow) -> float:
@@ -2926,13 +2932,13 @@ class DownloadEngine:
     def _warm_up_s(self, flow: Flow) -> float:
         """How long a new lane's rate is not taken below the flow's rate before: its
         first byte's latency and slow start's round trips (Flow.warm_up)."""
-        latency = flow.latency_s if flow.latency_s is not None else self.cfg.default_latency_s
+        latency = self._request_latency(flow)
         return max(self.cfg.warm_up_min_s, self.cfg.warm_up_latencies * latency)
 
     def _stall_gap(self, flow: Flow) -> float:
         """A flow silent for longer than this is stalled (retransmission timeout),
         not just between two bursts of a window-limited path."""
-        rtt = flow.latency_s if flow.latency_s is not None else self.cfg.default_latency_s
+        rtt = self._request_latency(flow)
         return max(self.cfg.stall_gap_s, 2 * rtt)
 
     def _give_back(self, lane: Lane) -> None:

@@ -65,6 +65,15 @@ def test_a_head_shows_its_progress_until_taken(start_nginx) -> None:
         requested_at, samples, _rtt = progress
         assert samples and samples[0][0] >= requested_at
         assert all(b > a for (_, a), (_, b) in itertools.pairwise(samples))
+        # taken over, its arrivals so far stay for the engine's lead judge (as FTP's)
+        assert f.head_history is None
+        sink = Collector(0)
+        assert f.fetch(0, RangeEnd(100_000), sink, threading.Event()) == 100_000
+        assert f.head_progress() is None and f.head_history is not None
+        at, history = f.head_history
+        # (the last sample of a 5 ms step is updated in place as more bytes come)
+        assert at == requested_at and history[: len(samples) - 1] == samples[:-1]
+        assert len(history) >= len(samples)
 
 
 def test_a_head_answered_200_delivers_nothing(nginx_server) -> None:

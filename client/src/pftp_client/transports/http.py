@@ -105,6 +105,9 @@ class HttpFetcher:
         self._closed = False
         self._sock: socket.socket | None = None  # the last response's, for path_rtt
         self._rtt: float | None = None  # the last RTT read from one (path_rtt)
+        # (time.monotonic() of a head start's GET, its (arrival, bytes so far)) once a
+        # fetch took it over: the engine's lead judge reads on from them, as FTP's
+        self.head_history: tuple[float, list[tuple[float, int]]] | None = None
         # The next range, begun on a second connection before this one ends.
         self._next: AheadReader | None = None
         self.overlapped = 0  # ranges begun ahead and taken over (reports and tests)
@@ -322,6 +325,8 @@ class HttpFetcher:
     ) -> int:
         """``fetch`` of a range begun ahead: its reader thread's chunks, in order."""
         pos = offset = nxt.offset
+        if nxt.head and not nxt.claimed:
+            self.head_history = (nxt.requested_at, nxt.arrivals())
         nxt.claimed = True
         try:
             while pos < end.value:
