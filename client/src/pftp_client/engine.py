@@ -1221,7 +1221,7 @@ class DownloadEngine:
         started = lane.requested_at if lane is not None else None
         if started is not None and self._lead_head_at is not None:
             started = min(started, self._lead_head_at)
-        rtt = self._request_latency(leader)
+        rtt = leader.latency_s if leader.latency_s is not None else self.cfg.default_latency_s
         assert self.cfg.access_bps
         verdict, why = judge_start(
             self._lead_samples, started=started or self._lead_since, now=now, rtt_s=rtt,
@@ -1457,7 +1457,7 @@ class DownloadEngine:
         3.31 Mbit/s for a full 4 Mbit/s link (slow access, 3 of 38 coordinated
         runs), and the backup that joined split the lane and cost 0.4-0.6 s in bytes
         sent past lane ends. Several flows seldom all pause."""
-        rtts = [self._request_latency(f) for f in self.flows.values() if f.alive]
+        rtts = [f.latency_s for f in self.flows.values() if f.alive and f.latency_s is not None]
         return rate_after_recovery(
             self._aggregate.samples(since), rtt_s=max(rtts, default=self.cfg.default_latency_s),
             access_Bps=link_Bps, s=self.cfg.lead, step_s=self._aggregate.step_s,
@@ -2932,13 +2932,13 @@ class DownloadEngine:
     def _warm_up_s(self, flow: Flow) -> float:
         """How long a new lane's rate is not taken below the flow's rate before: its
         first byte's latency and slow start's round trips (Flow.warm_up)."""
-        latency = self._request_latency(flow)
+        latency = flow.latency_s if flow.latency_s is not None else self.cfg.default_latency_s
         return max(self.cfg.warm_up_min_s, self.cfg.warm_up_latencies * latency)
 
     def _stall_gap(self, flow: Flow) -> float:
         """A flow silent for longer than this is stalled (retransmission timeout),
         not just between two bursts of a window-limited path."""
-        rtt = self._request_latency(flow)
+        rtt = flow.latency_s if flow.latency_s is not None else self.cfg.default_latency_s
         return max(self.cfg.stall_gap_s, 2 * rtt)
 
     def _give_back(self, lane: Lane) -> None:
