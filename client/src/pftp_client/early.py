@@ -386,6 +386,20 @@ class EarlyProbe:
         from pftp_client.lead import LeadSettings, judge_start
 
         settings = LeadSettings()
+        while (progress := self._head_get_progress()) is not None:
+            requested_at, samples, rtt = progress
+            now = time.monotonic()
+            if not samples:
+                if now - requested_at > settings.max_wait_s:
+                    return False
+            else:
+                first_t = samples[0][0]
+                verdict, _ = judge_start(samples, started=requested_at, now=now,
+                                         rtt_s=rtt if rtt is not None else first_t - requested_at,
+                                         access_Bps=access_Bps, s=settings)
+                if verdict != "wait" or now - first_t > _VERDICT_WAIT_S:
+                    return verdict == "release"
+            time.sleep(0.002)
         self._done.wait()
         f = self._value[1]
         while f is not None and (progress := f.head_progress()) is not None:
@@ -405,6 +419,28 @@ class EarlyProbe:
             time.sleep(0.002)
         return False  # no head transfer, or the engine took it over: its judge decides
 
+
+    def _head_get_progress(self) -> tuple[float, list[tuple[float, int]], float | None] | None:
+        """An http(s):// first mirror's head start before httpx is loaded and its
+        probe has ended: (time.monotonic() of its GET, its arrivals, the path's RTT
+        or None), as HttpFetcher.head_progress has them once it took the head over;
+        None once the probe has ended (or there is no such head start). Read
+        without waiting for the probe: the standbys' verdict then does not wait for
+        httpx's import (~0.2 s here)."""
+        if self._done.is_set():
+            return None
+        head_get = self._head_get
+        if head_get is None or head_get.claimed or head_get.error is not None:
+            return None
+        rtt = None
+        if head_get.sock is not None:
+            from pftp_client.transports.window import smoothed_rtt
+
+            try:
+                rtt = smoothed_rtt(head_get.sock)
+            except (OSError, ValueError):
+                rtt = None
+        return head_get.requested_at, head_get.arrivals(), rtt
 
     def wait(self, timeout: float | None) -> bool:
         """True once the probe has ended (waits at most ``timeout``)."""

@@ -146,3 +146,30 @@ def test_a_coordinators_http_portions_start_without_a_head(start_nginx, clean_ea
     for server in (first, second):
         at = starts[server.url("f.bin")]
         assert [(m, r) for _c, m, r in _requests(server)] == [("GET", f"bytes={at}-")]
+
+
+def test_a_first_http_mirror_falls_short_before_its_probe_has_ended(start_nginx) -> None:
+    """The standbys' verdict on an http:// first mirror reads its head start's
+    arrivals (its GET went out before httpx was loaded) without waiting for its
+    probe to end: that waits for httpx's import, ~0.2 s on a loaded machine, and
+    the others' transfers waited with it (HTTP selection-table1: 1.09x -> 1.04x)."""
+    from pftp_client.transports.http_head import HeadGet
+
+    server = start_nginx(slow_rate="500k")  # far short of a 100 Mbit/s access link
+    server.put("f.bin", os.urandom(2_000_000))
+    probe = early.EarlyProbe.__new__(early.EarlyProbe)  # (its thread not started:
+    probe._done = threading.Event()                      # a probe that has not ended)
+    probe._head_get = HeadGet(server.url("f.bin", prefix="slow/"), 0, timeout=10.0)
+    try:
+        got: list[bool] = []
+        judge = threading.Thread(target=lambda: got.append(probe.falls_short(100e6 / 8)),
+                                 daemon=True)
+        judge.start()
+        judge.join(timeout=10.0)
+        assert got == [True] and not probe._done.is_set()
+        requested_at, samples, _rtt = probe._head_get_progress()
+        assert samples and samples[0][0] >= requested_at
+        probe._done.set()
+        assert probe._head_get_progress() is None  # ended: the fetcher has it now
+    finally:
+        probe._head_get.stop()
