@@ -734,12 +734,15 @@ def test_requests_an_http_mirror_refuses_cost_nothing_but_their_attempt(
 ) -> None:
     """nginx with limit_conn 2 per address answers "503" to a third request at once:
     that connection goes without retries, its range back to the others; the
-    mirror is not counted as failing, and its two connections carry the file."""
+    mirror is not counted as failing, and its two connections carry the file.
+    (limit_conn counts requests in flight: the first connection's range begun
+    ahead may meet the cap too, and is asked again after a pause.)"""
     summary = _run_limited(tmp_path, "vsftpd", http=True, max_per_ip=2)
     refused = _events(summary, "stream", "not taken")
     print(summary["seconds"], refused, summary["events"])
     assert refused and all("503" in d for d in refused)
-    assert not _events(summary, "failed") and not _events(summary, "retry")
+    assert not _events(summary, "failed")
+    assert all("503" in d for d in _events(summary, "retry"))
     assert summary["mirrors"][0]["bytes"] == SIZE
     assert SIZE / summary["seconds"] > 1.3 * LIMIT  # the second connection carried its share
 

@@ -386,23 +386,16 @@ class EarlyProbe:
         from pftp_client.lead import LeadSettings, judge_start
 
         settings = LeadSettings()
-        while (progress := self._head_get_progress()) is not None:
-            requested_at, samples, rtt = progress
-            now = time.monotonic()
-            if not samples:
-                if now - requested_at > settings.max_wait_s:
-                    return False
-            else:
-                first_t = samples[0][0]
-                verdict, _ = judge_start(samples, started=requested_at, now=now,
-                                         rtt_s=rtt if rtt is not None else first_t - requested_at,
-                                         access_Bps=access_Bps, s=settings)
-                if verdict != "wait" or now - first_t > _VERDICT_WAIT_S:
-                    return verdict == "release"
-            time.sleep(0.002)
-        self._done.wait()
-        f = self._value[1]
-        while f is not None and (progress := f.head_progress()) is not None:
+        while True:
+            # (an http first mirror's head start before its probe has ended, then
+            # what the probe's fetcher has of it)
+            progress = self._head_get_progress()
+            if progress is None:
+                self._done.wait()
+                f = self._value[1]
+                progress = f.head_progress() if f is not None else None
+                if progress is None:
+                    break
             requested_at, samples, rtt = progress
             now = time.monotonic()
             if not samples:

@@ -1634,12 +1634,15 @@ class DownloadEngine:
                 break  # (one at a time: the others' rates tell whether it paid)
 
     def _fills_path(self, mirror: str, path_Bps: float) -> bool:
-        """Lock held: do ``mirror``'s live connections together carry stream_path_full
-        of ``path_Bps`` (the path's rate read inside a held connection's bursts)
-        over the round?"""
-        total = sum(g.round_Bps or 0.0 for g in self.flows.values()
-                    if (g.stream_of or g.id) == mirror and g.alive and not g.cancel.is_set())
-        return total >= self.cfg.stream_path_full * path_Bps
+        """Lock held: do ``mirror``'s connections together carry stream_path_full of
+        ``path_Bps`` (the path's rate read inside a held connection's bursts) over
+        the round?"""
+        return self._mirror_round_Bps(mirror) >= self.cfg.stream_path_full * path_Bps
+
+    def _mirror_round_Bps(self, mirror: str) -> float:
+        """Lock held: what all of ``mirror``'s live connections carried over the round."""
+        return sum(g.round_Bps or 0.0 for g in self.flows.values()
+                   if g.mirror.name == mirror and g.alive)
 
     def _long_look(
         self, f: Flow, times: np.ndarray, sizes: np.ndarray, now: float,
@@ -1998,8 +2001,7 @@ class DownloadEngine:
         if not cuts:
             return
         name = f.mirror.name
-        before = sum(g.round_Bps or 0.0 for g in self.flows.values()
-                     if g.mirror.name == name and g.alive)
+        before = self._mirror_round_Bps(name)
         others = sum(g.round_Bps or 0.0 for g in self.flows.values()
                      if g.mirror.name != name and g.alive and not g.parked and not g.standby)
         end = lane.owned_end
@@ -2047,9 +2049,7 @@ class DownloadEngine:
         expected = flow.mirror.expected_bps if flow is not None else None
         if not expected:
             return False
-        total = sum(g.round_Bps or 0.0 for g in self.flows.values()
-                    if g.mirror.name == mirror and g.alive)
-        return total * 8 >= self.cfg.stream_expected_share * expected
+        return self._mirror_round_Bps(mirror) * 8 >= self.cfg.stream_expected_share * expected
 
     def _start_stream(
         self, parent: Flow, work: RangeSet, why: str, after_parent: bool = False
@@ -2688,19 +2688,15 @@ class DownloadEngine:
         HTTP, where the connection stays: the sender's window restarts after an idle
         spell longer than its RTO, and leaving the term out there measured worse:
         7.12-7.27 s against 6.82-6.91 s on the wide-area paths.)"""
-        switch = (flow.switch_s if flow.switch_s is not None
-                  else self._request_latency(flow))
-        return switch + slow_start_s(rate, self._path_rtt(flow))
-
-    def _request_latency(self, flow: Flow) -> float:
-        """A new request's latency to its first byte on ``flow``'s path: as its
-        requests measured it, else the transport's round trips for one at the path's
-        RTT (tail.switch_latency_s; a range from a head start measures none), else
-        default_latency_s."""
+        # (none measured, e.g. every range so far came from a head start or was
+        # begun ahead: the transport's round trips for a request at the path's RTT)
+        rtt = self._path_rtt(flow)
         rounds = getattr(flow.fetcher, "ahead_round_trips", None)
-        return switch_latency_s(flow.latency_s, self._path_rtt(flow),
-                                rounds() if rounds is not None else 2,
-                                self.cfg.default_latency_s)
+        switch = switch_latency_s(
+            flow.switch_s if flow.switch_s is not None else flow.latency_s,
+            rtt, rounds() if rounds is not None else 2, self.cfg.default_latency_s,
+        )
+        return switch + slow_start_s(rate, rtt)
 
     @staticmethod
     def _path_rtt(flow: Flow) -> float:
