@@ -323,7 +323,7 @@ def test_a_seconds_leftover_between_two_pauses_is_part_of_the_pause() -> None:
     assert paused_share(t, n, 0, min_pauses=3, max_spread=0.35, pause_s=0.1,
                         min_burst=64 * 1024) is None
     kept_t, kept_n = without_crumbs(t, n, 0.1, 64 * 1024)
-    assert kept_n.size == n.size - 4 + 1  # the last run is kept: a window's edge
+    assert kept_n.size == n.size - 4  # the last too: it would end its pause early
     share = paused_share(kept_t, kept_n, 0, min_pauses=3, max_spread=0.35, pause_s=0.1,
                          min_burst=64 * 1024)
     assert share is not None and 0.7 < share < 0.85
@@ -332,12 +332,43 @@ def test_a_seconds_leftover_between_two_pauses_is_part_of_the_pause() -> None:
     assert without_crumbs(t2, n2, 0.1, 64 * 1024)[0].size == t2.size
 
 
+def test_a_leftover_at_the_windows_end_does_not_cut_the_paced_period() -> None:
+    # read 0.05 s after the third second's leftover: the period 2.0 -> 2.6 s
+    # (1 MB in 0.6 s) would read 1.7 MB/s, and the median of two periods 1.35
+    t, n = _whole_second_limit()
+    window = t <= int(2.65 * 1e9)
+    kept_t, kept_n = without_crumbs(t[window], n[window], 0.1, 64 * 1024)
+    assert int(kept_t[-1]) < int(2.25 * 1e9)  # (the third burst, 0.2 s long)
+    paced = paced_rate(kept_t, kept_n, 0, 0.1)
+    assert paced == pytest.approx(700 * 1448 / 1.0, rel=0.02)
+
+
+def test_two_long_pauses_around_one_burst_say_a_whole_second_limit() -> None:
+    t, n = _whole_second_limit()
+    window = t <= int(2.05 * 1e9)  # the third second's burst has just begun
+    kept_t, kept_n = without_crumbs(t[window], n[window], 0.1, 64 * 1024)
+    # two pauses: too few for the even-burst reading
+    assert paused_share(kept_t, kept_n, 0, min_pauses=3, max_spread=0.35, pause_s=0.1,
+                        min_burst=64 * 1024) is None
+    share = paused_share(kept_t, kept_n, 0, min_pauses=2, max_spread=0.35, pause_s=0.25,
+                         min_burst=256 * 1024)
+    assert share is not None and 0.7 < share < 0.85
+    assert paced_rate(kept_t, kept_n, 0, 0.25) == pytest.approx(700 * 1448, rel=0.02)
+    # one pause is not enough, nor two around a burst smaller than asked
+    first = kept_t <= int(1.05 * 1e9)
+    assert paused_share(kept_t[first], kept_n[first], 0, min_pauses=2, pause_s=0.25,
+                        min_burst=256 * 1024) is None
+    assert paused_share(kept_t, kept_n, 0, min_pauses=2, pause_s=0.25,
+                        min_burst=2 * 1024 * 1024) is None
+
+
 def test_only_small_runs_between_two_pauses_are_left_out() -> None:
-    # runs of 40 kB (the window's first), 40 kB, 120 kB, 40 kB (its last)
+    # runs of 40 kB (the window's first), 40 kB, 120 kB, 40 kB (its last, after
+    # a pause: a leftover, or a burst's start the next look sees whole)
     at = [0.0, 0.5, 1.0, 1.001, 1.002, 1.5]
     t, n = _arrivals(at, size=40_000)
     kept, _ = without_crumbs(t, n, 0.1, 64 * 1024)
-    assert list(kept) == [int(x * 1e9) for x in (0.0, 1.0, 1.001, 1.002, 1.5)]
+    assert list(kept) == [int(x * 1e9) for x in (0.0, 1.0, 1.001, 1.002)]
     # shorter gaps are no pauses: one run, nothing left out
     assert without_crumbs(t, n, 0.6, 64 * 1024)[0].size == t.size
 
@@ -597,16 +628,19 @@ def test_a_limit_counted_in_whole_seconds_is_seen_over_a_longer_look(tmp_path: P
     pauses within 1 s) and no 1 s round (one burst, one long stop) sees it, and one
     connection took the whole file at 1 MB/s (16.4 s, session 30). The long look
     (engine._long_look: the last 4 s or the range's first ones, 3 pauses of 0.1 s
-    or more, bursts at 2.5x the paced rate) gives the mirror the connections its
-    path takes as soon as the third pause has ended (it looked only from 4 s on in
-    session 30), and no more once they carry the path's rate."""
+    or more, or 2 of 0.25 s or more around a burst of 256 KiB, bursts at 2.5x the
+    paced rate) gives the mirror the connections its path takes as soon as the
+    second long pause has ended (it looked only from 4 s on in session 30, and
+    waited for a third pause in session 31), and no more once they carry the
+    path's rate."""
     summary = _run_limited(tmp_path, "vsftpd", http=True, link_mbit=40)
     started, ended = _stream_events(summary)
     first = [e for e in summary["events"] if e["kind"] == "stream"]
     print(summary["seconds"], first[:1], ended)
     assert started and not ended
-    assert first[0]["at_s"] < 3.5
-    assert "pauses of 0.1 s or more" in started[0] and "within a burst" in started[0]
+    # (the second pause ends at the third whole second of the range at the latest)
+    assert first[0]["at_s"] < 2.6
+    assert "pauses of 0.25 s or more" in started[0] and "within a burst" in started[0]
     assert 3 <= len([d for d in started if "pauses of" in d]) <= 5  # 38 of 8 Mbit/s
     assert summary["mirrors"][0]["bytes"] == SIZE
     # one connection cannot carry more than LIMIT: the others did

@@ -354,6 +354,14 @@ class EngineConfig:
     stream_long_min_burst: int = 64 * 1024
     stream_long_share: float = 0.5
     stream_long_pace: float = 2.5
+    # Two pauses of stream_two_pause_s (or 10 round trips) around one burst of
+    # stream_two_min_burst or more are evidence enough: no ACK clock stops a
+    # connection that long twice, a retransmission timeout comes with segments
+    # out of order (the look's loss test), and a whole-second limit's third pause
+    # ends a second after its second (lab, nginx at 1.25 MB/s behind 40 Mbit/s:
+    # pauses of 0.45-0.8 s; the evidence at 1.5-1.9 s instead of 2.4-2.8 s).
+    stream_two_pause_s: float = 0.25
+    stream_two_min_burst: int = 256 * 1024
     # Between monitor rounds the long look reads a mirror's first connection every
     # stream_long_every_s from stream_early_s after its first data until
     # stream_long_look_s (engine._long_looks): a whole-second limit's third pause
@@ -611,6 +619,9 @@ class DownloadEngine:
         # mirrors whose kept trial scaled their rate with their connections: the
         # next round doubles them (no signal needed)
         self._stream_more: dict[str, str] = {}
+        # mirror -> its path's rate read inside its held connection's bursts, once a
+        # trial on that reading was kept: a mirror that carries it takes no more
+        self._stream_paths: dict[str, float] = {}
         # the extra connections' arrivals (kept from the congestion detector's)
         self._stream_timings = FlowTimings(self.cfg.ring_capacity)
         self._stream_ids = itertools.count(2)
@@ -1596,8 +1607,13 @@ class DownloadEngine:
             need_idle = (self.cfg.stream_first_idle_share if f.id in first_round
                          else self.cfg.stream_idle_share)
             # (a mirror whose connections together carry its path's rate has what
-            # it takes: its first one stays held all the same)
-            paused = f.id in longs and not self._fills_path(mirror, longs[f.id][0])
+            # it takes: each of them stays held and idle all the same; lab, nginx
+            # at 1.25 MB/s behind 40 Mbit/s: 4 connections at 38 Mbit/s, then one
+            # of them idle 52 % and a fifth for no gain)
+            path = longs[f.id][0] if f.id in longs else self._stream_paths.get(mirror)
+            if not scaled and path is not None and self._fills_path(mirror, path):
+                continue
+            paused = f.id in longs
             by_idle = scaled or burst or paused or (idle is not None and idle >= need_idle)
             if not (by_loss or by_idle):
                 continue
@@ -1672,6 +1688,15 @@ class DownloadEngine:
         share = paused_share(times, sizes, since, min_pauses=cfg.stream_long_pauses,
                              max_spread=cfg.stream_early_spread, min_arrivals=20,
                              pause_s=pause_s, min_burst=cfg.stream_long_min_burst)
+        if share is None and cfg.stream_two_pause_s > 0:
+            # (two pauses as long as a whole-second limit leaves, around one burst
+            # of a second's allowance: the evidence a second sooner)
+            two_s = max(cfg.stream_two_pause_s, pause_s)
+            share = paused_share(times, sizes, since, min_pauses=2,
+                                 max_spread=cfg.stream_early_spread, min_arrivals=20,
+                                 pause_s=two_s, min_burst=cfg.stream_two_min_burst)
+            if share is not None:
+                pause_s = two_s
         paced, path = self._burst_rates(times, sizes, since, pause_s) if share else (None, None)
         _LOG.debug("%s: long look: paused %s (%g s pauses), within a burst %s B/s, "
                    "paced %s B/s", f.id, share, pause_s, path, paced)
@@ -2211,6 +2236,8 @@ class DownloadEngine:
             self._lock.notify_all()
         if ok:
             self._log(f"{', '.join(trial.streams)}: kept ({figures})")
+            if trial.path_Bps:
+                self._stream_paths[trial.mirror] = trial.path_Bps
             have = trial.connections + len(live)
             if (
                 not trimmed
