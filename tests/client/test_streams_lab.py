@@ -22,6 +22,7 @@ from pftp_client.streams import (
     burst_path_rate,
     bursts_outpace,
     connections_for,
+    first_pause,
     gained,
     idle_share,
     kept_streams,
@@ -362,6 +363,44 @@ def test_two_long_pauses_around_one_burst_say_a_whole_second_limit() -> None:
                         min_burst=2 * 1024 * 1024) is None
 
 
+def test_a_ranges_first_burst_and_pause_are_a_whole_second_limits_period() -> None:
+    t, n = _whole_second_limit(crumb=0)
+    seg = 1448 * 8 / 40e6
+    # 20 ms after the second burst began (100 kB): one pause, ended, 1 MB before it
+    window = t <= int(1.02 * 1e9)
+    found = first_pause(t[window], n[window], 0, 0.25, 512 * 1024, 64 * 1024)
+    assert found is not None
+    share, paced, resumed = found
+    assert resumed == int(1.0 * 1e9)
+    assert share == pytest.approx(1 - 700 * seg, rel=0.02)  # (0.8 s of 1 paused)
+    assert paced == pytest.approx(700 * 1448, rel=0.02)
+    # the burst after it crosses at the path's rate, 4x the rate held
+    after = burst_path_rate(t[window], n[window], resumed, 0.25, min_reads=3, min_bursts=1)
+    assert after is not None and bursts_outpace(after, paced, 2.5)
+    # not yet resumed, or resumed with too little to read
+    assert first_pause(t[t <= int(0.99 * 1e9)], n[t <= int(0.99 * 1e9)], 0, 0.25,
+                       512 * 1024, 64 * 1024) is None
+    assert first_pause(t[window], n[window], 0, 0.25, 512 * 1024, 128 * 1024) is None
+    # a first burst smaller than asked, or a pause shorter than asked
+    assert first_pause(t[window], n[window], 0, 0.25, 2 * 1024 * 1024, 64 * 1024) is None
+    assert first_pause(t[window], n[window], 0, 0.9, 512 * 1024, 64 * 1024) is None
+
+
+def test_a_connection_whose_link_slowed_resumes_at_the_new_rate() -> None:
+    # 1.5 MB at 30 Mbit/s, a 1.2 s stall (the shaper's queue dropped, a timeout),
+    # then a segment every 7.7 ms (1.5 Mbit/s): a pause, but no server's
+    seg = 1448 * 8 / 30e6
+    times = [i * seg for i in range(1040)]
+    stall = times[-1] + 1.2
+    times += [stall + i * 1448 * 8 / 1.5e6 for i in range(60)]
+    t, n = _arrivals(times)
+    found = first_pause(t, n, 0, 0.25, 512 * 1024, 64 * 1024)
+    assert found is not None
+    _share, paced, resumed = found
+    after = burst_path_rate(t, n, resumed, 0.25, min_reads=3, min_bursts=1)
+    assert after is not None and not bursts_outpace(after, paced, 2.5)
+
+
 def test_only_small_runs_between_two_pauses_are_left_out() -> None:
     # runs of 40 kB (the window's first), 40 kB, 120 kB, 40 kB (its last, after
     # a pause: a leftover, or a burst's start the next look sees whole)
@@ -592,13 +631,13 @@ LIMIT = 1_000_000  # bytes/s per connection
 
 def _run_limited(tmp_path: Path, kind: str, *, http: bool = False,
                  max_per_ip: int | None = None, extra: tuple[str, ...] = (),
-                 size: int = SIZE, link_mbit: int = 100) -> dict:
+                 size: int = SIZE, link_mbit: int = 100, limit: int = LIMIT) -> dict:
     """One mirror on a ``link_mbit`` link whose server holds each connection to
     LIMIT (vsftpd anon_max_rate, pure-ftpd --anonymousbandwidth, nginx
     limit_rate); the access link unknown (a mirror-only download, no setting)."""
     src = tmp_path / "data.bin"
     digest = make_file(src, size, seed=6)
-    spec = MirrorSpec(rate_bps=link_mbit * MBIT, kind=kind, http=http, conn_rate_Bps=LIMIT,
+    spec = MirrorSpec(rate_bps=link_mbit * MBIT, kind=kind, http=http, conn_rate_Bps=limit,
                       max_per_ip=max_per_ip, name="limited")
     with Lab([spec], files={"data.bin": src}) as lab:
         return _download(lab, tmp_path, digest, http=http, access=None, extra=extra)
@@ -645,6 +684,27 @@ def test_a_limit_counted_in_whole_seconds_is_seen_over_a_longer_look(tmp_path: P
     assert summary["mirrors"][0]["bytes"] == SIZE
     # one connection cannot carry more than LIMIT: the others did
     assert SIZE / summary["seconds"] > 1.5 * LIMIT
+
+
+@pytest.mark.lab
+def test_a_whole_second_limits_first_pause_is_its_evidence(tmp_path: Path) -> None:
+    """nginx at 1.25 MB/s behind 40 Mbit/s: the range's first second's allowance
+    (~0.9 MB after the head start's first 50 ms) at the link's rate, a pause to
+    the next second, then the next burst at the link's rate again. That first
+    period is the evidence (streams.first_pause), and the mirror gets the
+    connections its path takes about a second before a second pause would end."""
+    summary = _run_limited(tmp_path, "vsftpd", http=True, link_mbit=40, limit=1_250_000,
+                           size=24 * 1024 * 1024)
+    started, ended = _stream_events(summary)
+    first = [e for e in summary["events"] if e["kind"] == "stream"]
+    print(summary["seconds"], first[:1], ended)
+    assert started and not ended
+    assert "then nothing for" in started[0] and "then again at" in started[0]
+    # (the first pause ends at the range's second whole second at the latest)
+    assert first[0]["at_s"] < 1.7
+    assert 2 <= len(started) <= 4  # 38 of 10 Mbit/s: 4 or 5 in all
+    assert summary["mirrors"][0]["bytes"] == 24 * 1024 * 1024
+    assert 24 * 1024 * 1024 / summary["seconds"] > 2.5 * 1_250_000
 
 
 @pytest.mark.lab

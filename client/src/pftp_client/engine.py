@@ -67,6 +67,7 @@ from pftp_client.streams import (
     burst_path_rate,
     bursts_outpace,
     connections_for,
+    first_pause,
     gained,
     idle_share,
     kept_streams,
@@ -362,12 +363,24 @@ class EngineConfig:
     # pauses of 0.45-0.8 s; the evidence at 1.5-1.9 s instead of 2.4-2.8 s).
     stream_two_pause_s: float = 0.25
     stream_two_min_burst: int = 256 * 1024
+    # Sooner still, a young range's first pause of that length, ended within
+    # stream_one_within_s of its first data, after stream_one_min_burst at the
+    # path's rate and with the next burst crossing at it too: a whole-second
+    # limit's first allowance (streams.first_pause; lab, nginx at 1.25 MB/s
+    # behind 40 Mbit/s: at 0.8-1.0 s, paced 10-11.5 Mbit/s). Read offline on the
+    # first connections of 18 bench runs (FTP and HTTP), it fired on nothing else;
+    # without the resumed burst's own pace, on a mirror whose link slowed to a
+    # twentieth (its connection resumed at the new rate after 1 s).
+    stream_one_min_burst: int = 512 * 1024
+    stream_one_within_s: float = 2.0
     # Between monitor rounds the long look reads a mirror's first connection every
-    # stream_long_every_s from stream_early_s after its first data until
-    # stream_long_look_s (engine._long_looks): a whole-second limit's third pause
-    # ends anywhere within a round, and the round's look came up to 1 s after it
-    # (lab, nginx 1.25 MB/s behind 40 Mbit/s: at 2.0 or 3.0 s).
+    # stream_long_every_s from stream_long_first_s after its first data until
+    # stream_long_look_s (engine._long_looks): a whole-second limit's pause ends
+    # anywhere within a round, and the round's look came up to 1 s after it (lab,
+    # nginx 1.25 MB/s behind 40 Mbit/s: at 2.0 or 3.0 s); its first pause can end
+    # before the early look's last second is over.
     stream_long_every_s: float = 0.1
+    stream_long_first_s: float = 0.5
     # A mirror the coordinator advised several connections for (Assignment.
     # connections) gets them at start, each with at least this much of its portion.
     advised_min_part_bytes: int = ADVISED_MIN_PART_BYTES
@@ -1697,6 +1710,10 @@ class DownloadEngine:
                                  pause_s=two_s, min_burst=cfg.stream_two_min_burst)
             if share is not None:
                 pause_s = two_s
+        if share is None and begin > now - cfg.stream_long_look_s:
+            one = self._first_pause(f, times, sizes, since, max(cfg.stream_two_pause_s, pause_s))
+            if one is not None:
+                return one
         paced, path = self._burst_rates(times, sizes, since, pause_s) if share else (None, None)
         _LOG.debug("%s: long look: paused %s (%g s pauses), within a burst %s B/s, "
                    "paced %s B/s", f.id, share, pause_s, path, paced)
@@ -1708,6 +1725,34 @@ class DownloadEngine:
             f"its data arrive in bursts with pauses of {pause_s:g} s or more, paused "
             f"{share:.0%} of the last {now - begin:.1f} s, "
             f"{path * 8 / 1e6:.1f} Mbit/s within a burst"
+        )
+
+    def _first_pause(
+        self, f: Flow, times: np.ndarray, sizes: np.ndarray, since: int, pause_s: float,
+    ) -> tuple[float, float, str] | None:
+        """Lock held: _long_look's reading of a young range's first burst and first
+        pause (streams.first_pause) within stream_one_within_s of its first data,
+        both bursts around it crossing at stream_long_pace times the rate held."""
+        cfg = self.cfg
+        if cfg.stream_one_min_burst <= 0:
+            return None
+        found = first_pause(times, sizes, since, pause_s, cfg.stream_one_min_burst,
+                            cfg.stream_long_min_burst)
+        if found is None:
+            return None
+        share, paced, resumed = found
+        if share < cfg.stream_long_share or resumed - since > cfg.stream_one_within_s * 1e9:
+            return None
+        path = burst_path_rate(times, sizes, since, pause_s)
+        after = burst_path_rate(times, sizes, resumed, pause_s, min_reads=3, min_bursts=1)
+        if not (path and after and bursts_outpace(path, paced, cfg.stream_long_pace)
+                and bursts_outpace(after, paced, cfg.stream_long_pace)):
+            return None
+        span = (resumed - since) / 1e9
+        return path, paced, (
+            f"its first {paced * span / 1e6:.1f} MB came at {path * 8 / 1e6:.1f} Mbit/s, "
+            f"then nothing for {share * span:.2f} s, then again at "
+            f"{after * 8 / 1e6:.1f} Mbit/s"
         )
 
     @staticmethod
@@ -1916,14 +1961,14 @@ class DownloadEngine:
         if self.cfg.max_streams <= 1 or self.cfg.stream_long_every_s <= 0:
             return None
         due = [f.long_next if f.long_next is not None
-               else f.first_data + self.cfg.stream_early_s for f in self.flows.values()
+               else f.first_data + self.cfg.stream_long_first_s for f in self.flows.values()
                if f.first_data is not None and f.stream_of is None and not f.long_done]
         return min(due, default=None)
 
     def _long_looks(self, now: float) -> None:
         """Lock held: the long look (_long_look) at mirrors' first connections
-        between monitor rounds, every stream_long_every_s from stream_early_s after
-        their first data until stream_long_look_s (after that the rounds' look goes
+        between monitor rounds, every stream_long_every_s from stream_long_first_s
+        after their first data until stream_long_look_s (after that the rounds' look goes
         on alone). A mirror with connections of its own or a trial is not read."""
         if not numpy_preload.ready():
             return
@@ -1935,7 +1980,7 @@ class DownloadEngine:
             if f.first_data is None or f.stream_of is not None or f.long_done:
                 continue
             if now < (f.long_next if f.long_next is not None
-                      else f.first_data + cfg.stream_early_s):
+                      else f.first_data + cfg.stream_long_first_s):
                 continue
             f.long_next = now + cfg.stream_long_every_s
             if (not f.alive or now > f.first_data + cfg.stream_long_look_s

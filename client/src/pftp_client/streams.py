@@ -240,6 +240,43 @@ def without_crumbs(
     return times_ns[keep], nbytes[keep]
 
 
+def first_pause(
+    times_ns: np.ndarray, nbytes: np.ndarray, since_ns: int, pause_s: float,
+    min_first: int, min_after: int,
+) -> tuple[float, float, int] | None:
+    """(share of the time since ``since_ns`` paused, the rate that time carried,
+    when the connection resumed: ns) when its first gap of ``pause_s`` or more came
+    after ``min_first`` bytes and has ended with ``min_after`` bytes since; None
+    otherwise.
+
+    A server that counts its limit in whole seconds (nginx ``limit_rate``) sends a
+    second's allowance at the path's rate and then nothing until the next second:
+    a range's first burst and first pause are a whole period, and the bytes over
+    that time are the rate the connection is held to (lab, 1.25 MB/s behind 40
+    Mbit/s: 10.0-11.5 Mbit/s read at 0.8-1.0 s, a second before a second pause
+    ends). The caller asks the data after the pause to cross at the path's rate
+    too: a connection that stalled because its path slowed resumes slowly."""
+    import numpy as np
+
+    keep = times_ns >= since_ns
+    t = times_ns[keep]
+    if t.size < 20:
+        return None
+    b = nbytes[keep]
+    gaps = np.diff(t) / 1e9
+    pauses = np.flatnonzero(gaps >= pause_s)
+    if not pauses.size:
+        return None
+    i = int(pauses[0])
+    upto = int(pauses[1]) + 1 if pauses.size > 1 else t.size
+    if int(b[: i + 1].sum()) < min_first or int(b[i + 1:upto].sum()) < min_after:
+        return None
+    span = (int(t[i + 1]) - int(t[0])) / 1e9
+    if span <= 0:
+        return None
+    return float(gaps[i]) / span, float(b[: i + 1].sum()) / span, int(t[i + 1])
+
+
 def paced_rate(
     times_ns: np.ndarray, nbytes: np.ndarray, since_ns: int, pause_s: float | None = None
 ) -> float | None:
