@@ -705,6 +705,9 @@ def test_a_whole_second_limits_first_pause_is_its_evidence(tmp_path: Path) -> No
     # (the first pause ends at the range's second whole second at the latest)
     assert first[0]["at_s"] < 1.7
     assert 2 <= len(started) <= 4  # 38 of 10 Mbit/s: 4 or 5 in all
+    # what the report tells the coordinator: the connections kept
+    closed = _events(summary, "stream", "not needed")
+    assert summary["mirrors"][0]["connections"] == 1 + len(started) - len(closed)
     assert summary["mirrors"][0]["bytes"] == 24 * 1024 * 1024
     assert 24 * 1024 * 1024 / summary["seconds"] > 2.5 * 1_250_000
 

@@ -265,6 +265,7 @@ def test_reports_feed_history_and_penalties(db_url: str, tmp_path: Path) -> None
                     "throughput_bps": 1_600_012,
                     "congested": True,
                     "congested_with": ["m0"],
+                    "connections": 4,  # (its own trials kept 4: a held server)
                 },
                 {"mirror": "unknown-mirror", "bytes": 0, "seconds": 0.0, "throughput_bps": 0.0},
             ],
@@ -274,6 +275,8 @@ def test_reports_feed_history_and_penalties(db_url: str, tmp_path: Path) -> None
         assert r.json()["accepted"] is True and r.json()["download_id"]
         assert client.post("/api/v1/reports", json=report).status_code == 200
         assert client.post("/api/v1/reports", json={"file": "x"}).status_code == 422
+        bad = {**report, "mirrors": [{**report["mirrors"][1], "connections": 0}]}
+        assert client.post("/api/v1/reports", json=bad).status_code == 422
 
         engine = create_db_engine(db_url)
         try:
@@ -283,6 +286,7 @@ def test_reports_feed_history_and_penalties(db_url: str, tmp_path: Path) -> None
                 rows = s.scalars(select(MirrorReport).order_by(MirrorReport.id)).all()
                 assert len(rows) == 6
                 assert rows[2].mirror_id is None and rows[2].mirror_name == "unknown-mirror"
+                assert [r.connections for r in rows[:3]] == [None, 4, None]
                 penalties = s.scalars(select(CongestionPenalty)).all()
                 assert len(penalties) == 1  # m0-m1 once; "ghost" is not a mirror
                 assert penalties[0].reports == 2
@@ -298,6 +302,10 @@ def test_reports_feed_history_and_penalties(db_url: str, tmp_path: Path) -> None
 
         m0 = wait_until(scored, what="throughput history in the scores")
         assert abs(m0["score"]["inputs"]["throughput_bps"] - 2_400_000) < 1.0
+        # and the connections m1's client kept: the next client is told them
+        told = _assigned_mirrors(client, 3)
+        got = {e["mirror"]: e["connections"] for e in [*told["assignments"], *told["backups"]]}
+        assert got["m1"] == 4 and got["m0"] == 1
 
 
 def test_a_write_is_visible_to_the_next_request(sqlite_url: str, tmp_path: Path) -> None:

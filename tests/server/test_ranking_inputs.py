@@ -376,3 +376,52 @@ def test_connections_of_the_newest_throughput_probe_reach_the_answer(factory):
     )
     got = {e.mirror: e.connections for e in [*resp.assignments, *resp.backups]}
     assert got == {"alpha": 3, "beta": 1, "gamma": 1}
+
+
+def test_connections_a_clients_trials_kept_reach_the_answer(factory):
+    """A probe's short read cannot see a limit counted in whole seconds (nginx
+    limit_rate lets a connection's first second through at the path's rate); a
+    client whose own trials kept 4 connections to the mirror says so in its
+    report, and the next client is told 4 at once."""
+    with factory() as s:
+        ids = populate(s)
+        a, b, g = ids["alpha"], ids["beta"], ids["gamma"]
+        s.add_all([
+            PathProbe(mirror_id=a, ts=ago(300), method="http-range", ok=True,
+                      throughput_bps=38e6, connections=1),
+            PathProbe(mirror_id=b, ts=ago(300), method="http-range", ok=True,
+                      throughput_bps=20e6, connections=3),
+        ])
+        d = Download(file_name="c.iso", size=1000, seconds=1.0, sha256_ok=True,
+                     reported_at=ago(0))
+
+        def rep(mid: int, age_s: float, conns: int | None, bad: bool = False) -> MirrorReport:
+            return MirrorReport(mirror_id=mid, mirror_name="x", bytes=500, seconds=1,
+                                throughput_bps=30e6, bad_data=bad, connections=conns,
+                                reported_at=ago(age_s))
+
+        d.mirror_reports = [
+            # alpha: the probe said 1, a client's trials kept 4
+            rep(a, 600, 4),
+            rep(a, 60, None),  # (a newer client that tried none does not hide it)
+            rep(a, 30, 8, bad=True),  # (nor a client that got bad bytes from it)
+            # beta: the probe's 3 stands above a client that kept 1
+            rep(b, 60, 1),
+            # gamma: only a stale report
+            rep(g, 7 * 3600, 5),
+        ]
+        s.add(d)
+        s.commit()
+    with factory() as s:
+        snap = build_snapshot(s, now=T, half_life_s=HL, stale_after_s=6 * 3600)
+    assert snap.mirrors[a].metrics.report_connections == 4
+    assert snap.mirrors[b].metrics.report_connections == 1
+    assert snap.mirrors[g].metrics.report_connections is None
+
+    settings = Settings(min_portion_bytes=1, max_mirrors=3, backup_count=3)
+    req = AssignmentRequest(file="c.iso", protocols=["ftp"])
+    resp = plan_assignments(
+        snap, req, settings=settings, request_rate_rps=0, rng=random.Random(1), now=T
+    )
+    got = {e.mirror: e.connections for e in [*resp.assignments, *resp.backups]}
+    assert got == {"alpha": 4, "beta": 3, "gamma": 1}

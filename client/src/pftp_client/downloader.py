@@ -1403,6 +1403,7 @@ def _report(coordinator: str, summary: DownloadSummary, say: Callable[[str], Non
                 congested=m.congested and m.name not in refuted,
                 congested_with=list(m.congested_with),
                 bad_data=m.corrupt,
+                connections=m.connections,
             )
             for m in summary.mirrors
         ],

@@ -392,6 +392,8 @@ class EngineConfig:
 LaneKind = Literal["normal", "duplicate", "repair"]
 # A flow's state at the end says why it stopped working; any other becomes "done".
 _FINAL_STATES = ("failed", "corrupt", "congested", "dropped", "parked", "standby")
+# an extra connection in one of these no longer counts among its mirror's
+_LOST_STATES = ("failed", "corrupt", "congested", "dropped")
 
 
 @dataclass(eq=False)
@@ -635,6 +637,8 @@ class DownloadEngine:
         # mirror -> its path's rate read inside its held connection's bursts, once a
         # trial on that reading was kept: a mirror that carries it takes no more
         self._stream_paths: dict[str, float] = {}
+        # mirrors a trial of more connections was judged for (MirrorStats.connections)
+        self._stream_judged: set[str] = set()
         # the extra connections' arrivals (kept from the congestion detector's)
         self._stream_timings = FlowTimings(self.cfg.ring_capacity)
         self._stream_ids = itertools.count(2)
@@ -723,6 +727,10 @@ class DownloadEngine:
                 copy = self._stats_now(st, by_name.get(st.name), now)
                 for extra in self._streams_of(st.name):
                     merge_stream_stats(copy, self._stats_now(extra.stats, extra, now))
+                if st.name in self._stream_judged:
+                    copy.connections = 1 + sum(
+                        1 for e in self._streams_of(st.name)
+                        if e.stats.received and e.stats.state not in _LOST_STATES)
                 if self._finished and copy.state not in _FINAL_STATES:
                     copy.state = "done"
                 out.append(copy)
@@ -2222,6 +2230,7 @@ class DownloadEngine:
         if not live or (waiting and now - trial.at > self.cfg.timeout):
             del self._stream_trials[trial.mirror]
             self._no_streams.add(trial.mirror)
+            self._stream_judged.add(trial.mirror)
             for e in extras:
                 e.no_more_work = True
                 if e in live and e.first_data is None:
@@ -2243,6 +2252,7 @@ class DownloadEngine:
         ):
             return
         del self._stream_trials[trial.mirror]
+        self._stream_judged.add(trial.mirror)
         figures = (f"{trial.before_Bps * 8 / 1e6:.2f} -> {after * 8 / 1e6:.2f} Mbit/s "
                    f"with {len(live)} more (needed x{need:.2f})")
         ok = gained(trial.before_Bps, after, need)

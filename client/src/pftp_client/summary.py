@@ -49,6 +49,11 @@ class MirrorStats:
     events: list[str] = field(default_factory=list)
     # mirrors this one was found to share a congested link with (issue 6)
     congested_with: list[str] = field(default_factory=list)
+    # connections to it that carried data and were kept, once a trial of more was
+    # judged (streams.py): the first and the extra ones that paid, or 1 when more
+    # did not; None when none was tried. The report tells the coordinator, whose
+    # short probe read cannot see a limit counted in whole seconds.
+    connections: int | None = None
 
     def copy(self) -> MirrorStats:
         """A copy that later updates of this one do not change."""

@@ -95,6 +95,9 @@ class MirrorReport(_Wire):
     bad_data: bool = False
     # Other mirrors this one was found to share a congested link with.
     congested_with: list[str] = Field(default_factory=list)
+    # Connections to it the client's own trials kept (the first and the extra ones
+    # that paid: a server's per-connection limit); None when it tried none.
+    connections: int | None = Field(default=None, ge=1, le=64)
 
 
 class DownloadReport(_Wire):

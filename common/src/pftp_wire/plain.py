@@ -243,6 +243,9 @@ class MirrorReport:
     congested: bool = field(default=False, metadata=_m(_bool))
     bad_data: bool = field(default=False, metadata=_m(_bool))
     congested_with: list[str] = field(default_factory=list, metadata=_m(_list(_str())))
+    connections: int | None = field(
+        default=None, metadata=_m(_int(ge=1, le=64, nullable=True))
+    )
 
 
 @dataclass(kw_only=True)

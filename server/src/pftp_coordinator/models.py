@@ -218,6 +218,9 @@ class MirrorReport(Base):
     congested: Mapped[bool] = mapped_column(Boolean, default=False)
     bad_data: Mapped[bool] = mapped_column(Boolean, default=False)
     congested_with: Mapped[list[str] | None] = mapped_column(JSON)
+    # connections to the mirror the client's own trials kept (None: not said, or
+    # none tried: those the coordinator advised are not the client's finding)
+    connections: Mapped[int | None] = mapped_column(Integer, nullable=True)
     reported_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     download: Mapped[Download] = relationship(back_populates="mirror_reports")

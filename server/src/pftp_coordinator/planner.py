@@ -83,14 +83,19 @@ class PlannedAnswer:
 
 
 def _connections(m: MirrorMetrics) -> int:
+    """Connections to open to the mirror at once: the more of its probe's and of
+    what a client's own trials last kept. A probe reads ~0.5 MB: nginx's
+    limit_rate lets a connection's first second's allowance through at the path's
+    rate, so the probe sees no limit where the client, a second later, does."""
     # (clamped to the wire's 1..64: a bad row must not make every answer invalid)
-    return min(64, max(1, m.probe_connections or 1))
+    return min(64, max(1, m.probe_connections or 1, m.report_connections or 1))
 
 
 def _usable_mirrors(snapshot: RankingSnapshot, table: RankingTable) -> dict[int, tuple]:
     """mirror id -> (table row, name, urls, connections) of the enabled, not-down
     mirrors; once per snapshot. ``connections``: how many to open to the mirror at
-    once (its probe's, see probes/service.py; 1 when not known)."""
+    once (its probe's, see probes/service.py, or clients' reports; 1 when not
+    known)."""
     memo = snapshot.memo.get("usable_mirrors")
     if memo is None or memo[0] is not table:
         usable = {

@@ -110,6 +110,9 @@ class MirrorMetrics:
     # connections that carried probe throughput together (newest probe that knew;
     # > 1 for a mirror that holds each connection below its path's rate)
     probe_connections: int | None = None
+    # connections a client's own trials kept to it (newest report that says: a
+    # limit the probe's short read cannot see, nginx's whole seconds)
+    report_connections: int | None = None
     cpu_percent: float | None = None
     memory_percent: float | None = None
     utilization_ts: float | None = None

@@ -12,7 +12,8 @@ Per refresh (a handful of aggregate queries, output O(mirrors)):
   times ``samples`` of an aggregated row) of RTT, loss, capacity and throughput
   over successful probes younger than ``stale_after_s``, plus the newest probe time;
   and the ``connections`` of the newest throughput probe that recorded it (clients
-  open that many connections to the mirror at once);
+  open that many connections to the mirror at once), and those of the newest
+  client report that says how many its own trials kept;
 * utilization: the latest sample per mirror younger than ``stale_after_s``;
 * client throughput history: half-life-weighted mean of mirror_reports;
 * the latest PredictorFit and the unexpired CongestionPenalty pairs.
@@ -271,6 +272,25 @@ def load_mirror_metrics(
         out.setdefault(row.mirror_id, {}).update(
             throughput_bps=row.throughput_bps, throughput_ts=_ts(row.newest)
         )
+
+    # Connections a client's own trials kept: the newest report that says.
+    said = and_(
+        r.mirror_id.is_not(None),
+        r.connections.is_not(None),
+        r.bad_data.is_(False),
+        r.reported_at > cutoff,
+        r.reported_at <= now_dt,
+    )
+    newest = (select(r.mirror_id, func.max(r.reported_at).label("nts"))
+              .where(said).group_by(r.mirror_id).subquery())
+    q = (
+        select(r.mirror_id, func.max(r.connections).label("connections"))
+        .join(newest, and_(newest.c.mirror_id == r.mirror_id, newest.c.nts == r.reported_at))
+        .where(said)
+        .group_by(r.mirror_id)
+    )
+    for row in session.execute(q):
+        out.setdefault(row.mirror_id, {})["report_connections"] = int(row.connections)
     return out
 
 

@@ -117,7 +117,8 @@ def test_backup_mirror_only_starts_when_needed(tmp_path, ftp_mirrors):
 def test_report_carries_congested_and_congested_with(canned_coordinator):
     coord = canned_coordinator(200, {})
     mirrors = [
-        MirrorStats("m0", "http://a/f", bytes=10, seconds=1.0, congested_with=["m1"]),
+        MirrorStats("m0", "http://a/f", bytes=10, seconds=1.0, congested_with=["m1"],
+                    connections=4),
         MirrorStats(
             "m1",
             "http://b/f",
@@ -154,3 +155,5 @@ def test_report_carries_congested_and_congested_with(canned_coordinator):
     assert not by["m0"].congested and by["m0"].congested_with == ["m1"]
     assert not by["b0"].congested and by["b0"].congested_with == []
     assert not by["m2"].congested and by["m2"].congested_with == []
+    # (the connections its own trials kept; None for a mirror none was tried on)
+    assert by["m0"].connections == 4 and by["m1"].connections is None

@@ -116,6 +116,7 @@ def record_report(
                 congested=m.congested,
                 bad_data=m.bad_data,
                 congested_with=list(m.congested_with) or None,
+                connections=m.connections,
                 reported_at=now,
             )
             for m in report.mirrors

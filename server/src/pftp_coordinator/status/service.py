@@ -60,6 +60,8 @@ class MirrorRow:
     # connections that rate was measured over (>1: each one is held by the mirror,
     # and clients are told to open that many)
     probe_connections: int | None = None
+    # connections a client's own trials last kept (newest report that says)
+    report_connections: int | None = None
     cpu_percent: float | None = None
     memory_percent: float | None = None
     load1: float | None = None
@@ -260,6 +262,7 @@ def collect_status(
             row.capacity_bps = info.metrics.capacity_bps
             row.probe_throughput_bps = info.metrics.probe_throughput_bps
             row.probe_connections = info.metrics.probe_connections
+            row.report_connections = info.metrics.report_connections
         if good is not None and row.rtt_s is None:
             row.rtt_s, row.loss = good.rtt_s, good.loss
         u = util.get(m.id)
