@@ -49,6 +49,8 @@ def test_collect_status_on_seeded_database(db_url: str) -> None:
     assert by_name["mirror-down"].last_probe_ok is False
     assert by_name["mirror-bravo"].probe_connections == 3
     assert by_name["mirror-alpha"].probe_connections == 1
+    assert by_name["mirror-charlie"].report_connections == 4
+    assert by_name["mirror-alpha"].report_connections is None
     # Passwords never reach the page.
     assert all("secret" not in u for m in data.mirrors for u in m.urls)
     assert data.agents == 2 and data.agents_reporting == 2
@@ -80,6 +82,7 @@ def test_rendered_html_is_self_contained(sqlite_url: str) -> None:
     assert "secret" not in html
     assert 'id="mode">ranked<' in html
     assert html.count("over 3</span>") == 1  # bravo's probe read over 3 connections
+    assert html.count("clients kept 4</span>") == 1  # charlie's clients kept 4
 
 
 def test_empty_database_renders(sqlite_url: str) -> None:
