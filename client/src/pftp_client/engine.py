@@ -368,9 +368,11 @@ class EngineConfig:
     # path's rate and with the next burst crossing at it too: a whole-second
     # limit's first allowance (streams.first_pause; lab, nginx at 1.25 MB/s
     # behind 40 Mbit/s: at 0.8-1.0 s, paced 10-11.5 Mbit/s). Read offline on the
-    # first connections of 18 bench runs (FTP and HTTP), it fired on nothing else;
-    # without the resumed burst's own pace, on a mirror whose link slowed to a
-    # twentieth (its connection resumed at the new rate after 1 s).
+    # first connections of 36 lab runs (the bench's other scenarios and 9 sweep
+    # topologies, FTP and HTTP), it fired only on another nginx-limited mirror;
+    # without the resumed burst's own pace, also on a mirror whose link slowed to
+    # a twentieth (it resumed at the new rate after 1.2 s), and with a 256 KiB
+    # first burst on one in slow start into a shared access link.
     stream_one_min_burst: int = 512 * 1024
     stream_one_within_s: float = 2.0
     # Between monitor rounds the long look reads a mirror's first connection every
