@@ -25,12 +25,13 @@ def data(tmp_path: Path) -> tuple[Path, str]:
     return path, digest
 
 
-def curl(lab: Lab, url: str, out: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def curl(lab: Lab, url: str, out: Path, *extra: str, timeout: float = 60
+         ) -> subprocess.CompletedProcess[str]:
     """Download into `out` from the client namespace; stdout is 'bytes_per_s size'."""
     return lab.run_in(
         "client",
         ["curl", "-sS", "--max-time", str(int(timeout)), "-o", str(out),
-         "-w", "%{speed_download} %{size_download}", url],
+         "-w", "%{speed_download} %{size_download}", *extra, url],
         timeout=timeout + 30,
     )
 
@@ -68,7 +69,7 @@ def test_topology_up_every_server_kind_serves_the_file(data, tmp_path: Path) -> 
     specs = [
         MirrorSpec(rate_bps=40_000_000),
         MirrorSpec(rate_bps=40_000_000, kind="pure-ftpd", http=True),
-        MirrorSpec(rate_bps=40_000_000, bottleneck="shared", http=True),
+        MirrorSpec(rate_bps=40_000_000, bottleneck="shared", https=True),
     ]
     with Lab(specs, files={"data.bin": path}, bottlenecks=[BottleneckSpec("shared", 30_000_000)],
              access_bps=100_000_000, coordinator=True) as lab:
@@ -81,11 +82,17 @@ def test_topology_up_every_server_kind_serves_the_file(data, tmp_path: Path) -> 
             assert ping.returncode == 0, ping.stdout + ping.stderr
         urls = [m.ftp_url("data.bin") for m in lab.mirrors]
         urls += [m.http_url("data.bin") for m in lab.mirrors if m.http]
+        # (https: its own self-signed certificate, trusted through the lab's bundle)
+        urls += [m.https_url("data.bin") for m in lab.mirrors if m.https]
+        assert sum(u.startswith("https://") for u in urls) == 1
         for i, url in enumerate(urls):
             out = tmp_path / f"out{i}.bin"
-            res = curl(lab, url, out)
+            res = curl(lab, url, out, "--cacert", str(lab.ca_file()))
             assert res.returncode == 0, f"{url}: {res.stderr}"
             assert sha256_file(out) == digest, url
+        # and not without it: the certificate is no public CA's
+        res = curl(lab, urls[-1], tmp_path / "untrusted.bin")
+        assert res.returncode != 0
         # the coordinator namespace reaches the mirrors too (it probes them)
         res = lab.run_in("coordinator", ["curl", "-sS", "-o", "/dev/null", "-r", "0-999",
                                          urls[0]], timeout=60)

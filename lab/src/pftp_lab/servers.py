@@ -269,11 +269,13 @@ def proftpd_argv(
 
 def nginx_argv(
     conf_dir: Path, root: Path, addr: str, port: int = 80, conn_rate_Bps: int | None = None,
-    max_per_ip: int | None = None,
+    max_per_ip: int | None = None, tls: bool = False,
 ) -> list[str]:
     """nginx serving `root` over HTTP (Range supported), in the foreground; with
     ``max_per_ip``, at most that many requests at once from one address (limit_conn:
-    the others are answered 503, as a mirror's admin sets it)."""
+    the others are answered 503, as a mirror's admin sets it); with ``tls``, also
+    over HTTPS on 443 with a self-signed certificate for ``addr`` (``cert.pem`` in
+    ``conf_dir``: a client trusts it as its own CA)."""
     limit = f"limit_rate {int(conn_rate_Bps)};" if conn_rate_Bps else ""
     zone = ""
     if max_per_ip:
@@ -282,6 +284,17 @@ def nginx_argv(
     binary = _tool("nginx")
     tmp = conf_dir / "nginx-tmp"
     tmp.mkdir(exist_ok=True)
+    https = ""
+    if tls:
+        cert, key = conf_dir / "cert.pem", conf_dir / "key.pem"
+        subprocess.run(
+            [_tool("openssl"), "req", "-x509", "-newkey", "ec", "-pkeyopt",
+             "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-keyout", str(key),
+             "-out", str(cert), "-subj", f"/CN={addr}", "-addext", f"subjectAltName=IP:{addr}"],
+            check=True, capture_output=True,
+        )
+        https = (f"server {{ listen {addr}:443 ssl; ssl_certificate {cert}; "
+                 f"ssl_certificate_key {key}; root {root}; location / {{ {limit} }} }}")
     conf = conf_dir / "nginx.conf"
     conf.write_text(
         f"""daemon off;
@@ -308,6 +321,7 @@ http {{
         root {root};
         location / {{ {limit} }}
     }}
+    {https}
 }}
 """
     )

@@ -61,6 +61,9 @@ class MirrorSpec:
     # pure-ftpd --maxclientsperip, proftpd MaxClientsPerHost; nginx limit_conn, on
     # requests at once: 503 to the others); None: the lab's 500 (nginx: none)
     max_per_ip: int | None = None
+    # nginx also serves HTTPS on 443 (implies http), with a self-signed certificate
+    # for the mirror's address; Lab.ca_file trusts every mirror's
+    https: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class Mirror:
     conf_dir: Path
     conn_rate_Bps: int | None = None
     max_per_ip: int | None = None
+    https: bool = False
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     alive: bool = False
 
@@ -96,6 +100,11 @@ class Mirror:
         if not self.http:
             raise LabError(f"mirror {self.name} does not serve HTTP (MirrorSpec(http=True))")
         return f"http://{self.addr}/{fname}"
+
+    def https_url(self, fname: str) -> str:
+        if not self.https:
+            raise LabError(f"mirror {self.name} does not serve HTTPS (MirrorSpec(https=True))")
+        return f"https://{self.addr}/{fname}"
 
     @property
     def pids(self) -> list[int]:
@@ -320,6 +329,17 @@ class Lab:
                 return m
         raise LabError(f"no mirror {key!r}; mirrors are {[m.name for m in self.mirrors]}")
 
+    def ca_file(self) -> Path:
+        """A bundle of the HTTPS mirrors' self-signed certificates, for a client to
+        trust (SSL_CERT_FILE, curl --cacert, aria2c --ca-certificate)."""
+        certs = [m.conf_dir / "cert.pem" for m in self.mirrors if m.https]
+        if not certs:
+            raise LabError("no mirror serves HTTPS (MirrorSpec(https=True))")
+        bundle = self.workdir / "ca.pem"
+        bundle.write_text("".join(c.read_text() for c in certs))
+        bundle.chmod(0o644)
+        return bundle
+
     def bottleneck(self, name: str) -> Bottleneck:
         for b in self.bottlenecks:
             if b.name == name:
@@ -471,9 +491,10 @@ class Lab:
                 os.link(master / fname, root / fname)  # corrupt() breaks the link first
             self.mirrors.append(Mirror(
                 name=name, index=i, ns=mns, addr=leaf, dev=f"{p}m{i}", kind=spec.kind,
-                http=spec.http, rate_bps=spec.rate_bps, bottleneck=spec.bottleneck,
-                root=root, conf_dir=conf, conn_rate_Bps=spec.conn_rate_Bps,
-                max_per_ip=spec.max_per_ip,
+                http=spec.http or spec.https, rate_bps=spec.rate_bps,
+                bottleneck=spec.bottleneck, root=root, conf_dir=conf,
+                conn_rate_Bps=spec.conn_rate_Bps, max_per_ip=spec.max_per_ip,
+                https=spec.https,
             ))
 
     def _add_delay_line(self, i: int, spec: MirrorSpec, mns: str, upstream_ns: str) -> None:
@@ -523,14 +544,15 @@ class Lab:
         if m.http:
             m.procs.append(self._spawn(m.ns, nginx_argv(m.conf_dir, m.root, m.addr,
                                                         conn_rate_Bps=m.conn_rate_Bps,
-                                                        max_per_ip=m.max_per_ip),
+                                                        max_per_ip=m.max_per_ip,
+                                                        tls=m.https),
                                        m.conf_dir / "nginx.out"))
         m.alive = True
 
     def wait_ready(self, mirror: Mirror | str | int) -> None:
         """Block until the mirror's servers accept connections from the client namespace."""
         m = self.mirror(mirror)
-        ports = [21] + ([80] if m.http else [])
+        ports = [21] + ([80] if m.http else []) + ([443] if m.https else [])
         deadline = time.monotonic() + self.ready_timeout
         for port in ports:
             while True:
