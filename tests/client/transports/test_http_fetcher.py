@@ -175,6 +175,30 @@ def test_https(start_nginx) -> None:
         f.size()
 
 
+def test_fetchers_share_one_tls_context(start_nginx, monkeypatch) -> None:
+    """httpx builds an SSL context per client by default, loading the CA bundle each
+    time (~35 ms of CPU, for http:// URLs too); every fetcher with the default
+    trust shares the heads' one (http_head.tls_context), which still honours
+    SSL_CERT_FILE, and a fetcher given its own keeps it."""
+    from pftp_client.transports import http_head
+
+    server = start_nginx(tls=True)
+    data = payload(300_001)
+    server.put("f.bin", data)
+    monkeypatch.setenv("SSL_CERT_FILE", str(server.ca_file))
+    monkeypatch.setattr(http_head, "_tls", None)  # (built again from this environment)
+    with fetcher(server.url("f.bin")) as a, fetcher(server.url("f.bin")) as b:
+        # (httpx's pool holds the context its connections wrap their sockets with)
+        shared = http_head.tls_context()
+        assert a._client._transport._pool._ssl_context is shared
+        assert b._client._transport._pool._ssl_context is shared
+        assert fetch(a, 0, 300_001) == data and fetch(b, 1000, 2000) == data[1000:2000]
+    own = ssl.create_default_context(cafile=str(server.ca_file))
+    with fetcher(server.url("f.bin"), verify=own) as c:
+        assert c._client._transport._pool._ssl_context is own
+        assert fetch(c, 5, 10) == data[5:10]
+
+
 def test_ipv6_loopback(start_nginx, ipv6_loopback) -> None:
     server = start_nginx(host=ipv6_loopback)
     data = payload(100_000)
