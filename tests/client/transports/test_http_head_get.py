@@ -16,6 +16,7 @@ from pftp_client import early
 from pftp_client.transports.base import PrematureEnd, RangeEnd
 from pftp_client.transports.http import HttpFetcher
 from pftp_client.transports.http_head import HeadGet, HeadUnusable, usable
+from pftp_client.transports.window import smoothed_rtt
 
 from .helpers import Collector
 
@@ -203,6 +204,11 @@ def test_https_with_the_trust_an_http_fetcher_has(start_nginx, monkeypatch) -> N
     monkeypatch.setattr(http_head, "_tls", None)
     monkeypatch.setenv("SSL_CERT_FILE", str(server.ca_file))
     head = HeadGet(url, 1234, timeout=20.0)
+    assert head.result(20.0) is None
+    # the connection it reads from, the TLS one (wrap_socket detached the TCP
+    # socket it began with): the path's RTT and losses come from its TCP_INFO
+    assert head.sock is not None and head.sock.fileno() >= 0
+    assert smoothed_rtt(head.sock) is not None
     assert _taken_over(head, url, 1234, len(data)) == data[1234:]
     assert [(m, r) for _c, m, r in _requests(server)] == [("GET", "bytes=1234-")]
 

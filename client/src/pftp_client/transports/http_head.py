@@ -233,13 +233,15 @@ class HeadGet(AheadReader):
                 sock = self._connect(host, parts.port or (443 if tls else 80), tls)
                 import http.client  # (loaded while the handshake travels: _connect)
 
-                self.sock = sock
                 if tls:
+                    # (wrap_socket detaches the TCP socket it is given: only the
+                    # wrapper reads its TCP_INFO, the path's RTT and losses, after)
                     sock = tls_context().wrap_socket(sock, server_hostname=host)
                     conn = http.client.HTTPSConnection(host, parts.port, timeout=self.timeout)
                 else:
                     conn = http.client.HTTPConnection(host, parts.port, timeout=self.timeout)
                 conn.sock = sock
+                self.sock = sock
                 if self.offset is None:
                     size = self._size_hint() if self._size_hint is not None else None
                     if size is None:
