@@ -93,6 +93,9 @@ def test_topology_up_every_server_kind_serves_the_file(data, tmp_path: Path) -> 
         # and not without it: the certificate is no public CA's
         res = curl(lab, urls[-1], tmp_path / "untrusted.bin")
         assert res.returncode != 0
+        # TLS 1.3, as mirrors serve it (one round trip of handshake, not 1.2's two)
+        res = curl(lab, urls[-1], tmp_path / "v.bin", "-v", "--cacert", str(lab.ca_file()))
+        assert res.returncode == 0 and "TLSv1.3" in res.stderr, res.stderr[-500:]
         # the coordinator namespace reaches the mirrors too (it probes them)
         res = lab.run_in("coordinator", ["curl", "-sS", "-o", "/dev/null", "-r", "0-999",
                                          urls[0]], timeout=60)
