@@ -210,6 +210,24 @@ def test_kill_ends_transfers_in_flight_and_restart_serves_again(kind, data, tmp_
 
 
 @pytest.mark.lab
+def test_an_https_mirror_restarted_keeps_its_certificate(data, tmp_path: Path) -> None:
+    """A client given the lab's CA bundle before a mirror was killed and started
+    again (the bench's mirror-dies, between runs) still trusts it."""
+    path, digest = data
+    with Lab([MirrorSpec(rate_bps=40_000_000, https=True)], files={"data.bin": path}) as lab:
+        m = lab.mirrors[0]
+        ca = tmp_path / "ca.pem"
+        ca.write_text(lab.ca_file().read_text())
+        ca.chmod(0o644)
+        lab.kill(m)
+        lab.restart(m)
+        res = curl(lab, m.https_url("data.bin"), tmp_path / "again.bin", "--cacert", str(ca))
+        assert res.returncode == 0, res.stderr
+        assert sha256_file(tmp_path / "again.bin") == digest
+        assert lab.ca_file().read_text() == ca.read_text()
+
+
+@pytest.mark.lab
 def test_corrupt_touches_one_mirror_and_only_the_range(data, tmp_path: Path) -> None:
     path, digest = data
     with Lab([MirrorSpec(rate_bps=40_000_000), MirrorSpec(rate_bps=40_000_000, kind="pure-ftpd")],

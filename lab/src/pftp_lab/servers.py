@@ -287,12 +287,16 @@ def nginx_argv(
     https = ""
     if tls:
         cert, key = conf_dir / "cert.pem", conf_dir / "key.pem"
-        subprocess.run(
-            [_tool("openssl"), "req", "-x509", "-newkey", "ec", "-pkeyopt",
-             "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-keyout", str(key),
-             "-out", str(cert), "-subj", f"/CN={addr}", "-addext", f"subjectAltName=IP:{addr}"],
-            check=True, capture_output=True,
-        )
+        # (once per mirror: a server started again, after a kill, keeps the
+        # certificate its clients were given to trust)
+        if not cert.exists():
+            subprocess.run(
+                [_tool("openssl"), "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                 "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-keyout", str(key),
+                 "-out", str(cert), "-subj", f"/CN={addr}",
+                 "-addext", f"subjectAltName=IP:{addr}"],
+                check=True, capture_output=True,
+            )
         # (TLS 1.3 as mirrors serve it now: nginx before 1.23.4 offers up to 1.2
         # unless told, and 1.2's handshake takes a round trip more)
         https = (f"server {{ listen {addr}:443 ssl; ssl_protocols TLSv1.2 TLSv1.3; "
