@@ -76,17 +76,17 @@ def test_migrations_dir_found() -> None:
     assert any((d / "versions").glob("*.py"))
 
 
-def _probe_columns(url: str) -> set[str]:
+def _columns(url: str, table: str) -> set[str]:
     engine = create_db_engine(url)
     try:
-        return {c["name"] for c in inspect(engine).get_columns("path_probes")}
+        return {c["name"] for c in inspect(engine).get_columns(table)}
     finally:
         engine.dispose()
 
 
 def test_0002_adds_path_probe_connections_and_keeps_rows(db_url: str) -> None:
     migrate.upgrade(db_url, "0001")
-    assert "connections" not in _probe_columns(db_url)
+    assert "connections" not in _columns(db_url, "path_probes")
     engine = create_db_engine(db_url)
     try:
         with engine.begin() as conn:
@@ -100,24 +100,16 @@ def test_0002_adds_path_probe_connections_and_keeps_rows(db_url: str) -> None:
             rows = conn.execute(text("SELECT throughput_bps, connections FROM path_probes")).all()
         assert [tuple(r) for r in rows] == [(8e6, None)]  # old rows: not known
         migrate.downgrade(db_url, "0001")
-        assert "connections" not in _probe_columns(db_url)
+        assert "connections" not in _columns(db_url, "path_probes")
         with engine.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM path_probes")).scalar() == 1
     finally:
         engine.dispose()
 
 
-def _report_columns(url: str) -> set[str]:
-    engine = create_db_engine(url)
-    try:
-        return {c["name"] for c in inspect(engine).get_columns("mirror_reports")}
-    finally:
-        engine.dispose()
-
-
 def test_0003_adds_mirror_report_connections_and_keeps_rows(db_url: str) -> None:
     migrate.upgrade(db_url, "0002")
-    assert "connections" not in _report_columns(db_url)
+    assert "connections" not in _columns(db_url, "mirror_reports")
     engine = create_db_engine(db_url)
     try:
         with engine.begin() as conn:
@@ -132,7 +124,7 @@ def test_0003_adds_mirror_report_connections_and_keeps_rows(db_url: str) -> None
             rows = conn.execute(text("SELECT bytes, connections FROM mirror_reports")).all()
         assert [tuple(r) for r in rows] == [(10, None)]  # old rows: not said
         migrate.downgrade(db_url, "0002")
-        assert "connections" not in _report_columns(db_url)
+        assert "connections" not in _columns(db_url, "mirror_reports")
         with engine.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM mirror_reports")).scalar() == 1
     finally:

@@ -727,12 +727,13 @@ class DownloadEngine:
             by_name = {f.stats.name: f for f in self.flows.values() if f.stream_of is None}
             for st in self.stats:
                 copy = self._stats_now(st, by_name.get(st.name), now)
+                kept = 1
                 for extra in self._streams_of(st.name):
                     merge_stream_stats(copy, self._stats_now(extra.stats, extra, now))
+                    kept += bool(extra.stats.received
+                                 and extra.stats.state not in _LOST_STATES)
                 if st.name in self._stream_judged:
-                    copy.connections = 1 + sum(
-                        1 for e in self._streams_of(st.name)
-                        if e.stats.received and e.stats.state not in _LOST_STATES)
+                    copy.connections = kept
                 if self._finished and copy.state not in _FINAL_STATES:
                     copy.state = "done"
                 out.append(copy)

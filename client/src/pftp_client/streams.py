@@ -205,7 +205,8 @@ def paused_share(
         bursts = np.diff(upto[pause]).astype(float)
         # (two pauses hold one burst: nothing to compare it with; the caller asks
         # for two only with pauses no sender's ACK clock or loss recovery makes)
-        if (bursts.size < max(1, min(2, min_pauses - 1)) or float(bursts.mean()) <= 0
+        fewest = 1 if min_pauses <= 2 else 2
+        if (bursts.size < fewest or float(bursts.mean()) <= 0
                 or float(bursts.min()) < min_burst):
             continue
         if float(bursts.std()) > max_spread * float(bursts.mean()):

@@ -224,16 +224,8 @@ def load_mirror_metrics(
         p.ts > cutoff,
         p.ts <= now_dt,
     )
-    newest = select(p.mirror_id, func.max(p.ts).label("nts")).where(known).group_by(p.mirror_id)
-    nq = newest.subquery()
-    q = (
-        select(p.mirror_id, func.max(p.connections).label("connections"))
-        .join(nq, and_(nq.c.mirror_id == p.mirror_id, nq.c.nts == p.ts))
-        .where(known)
-        .group_by(p.mirror_id)
-    )
-    for row in session.execute(q):
-        out.setdefault(row.mirror_id, {})["probe_connections"] = int(row.connections)
+    for mid, conns in _newest_connections(session, p, p.ts, known):
+        out.setdefault(mid, {})["probe_connections"] = conns
 
     u = UtilizationSample
     latest = (
@@ -281,17 +273,26 @@ def load_mirror_metrics(
         r.reported_at > cutoff,
         r.reported_at <= now_dt,
     )
-    newest = (select(r.mirror_id, func.max(r.reported_at).label("nts"))
-              .where(said).group_by(r.mirror_id).subquery())
-    q = (
-        select(r.mirror_id, func.max(r.connections).label("connections"))
-        .join(newest, and_(newest.c.mirror_id == r.mirror_id, newest.c.nts == r.reported_at))
-        .where(said)
-        .group_by(r.mirror_id)
-    )
-    for row in session.execute(q):
-        out.setdefault(row.mirror_id, {})["report_connections"] = int(row.connections)
+    for mid, conns in _newest_connections(session, r, r.reported_at, said):
+        out.setdefault(mid, {})["report_connections"] = conns
     return out
+
+
+def _newest_connections(
+    session: Session, table: Any, ts: Any, where: Any
+) -> list[tuple[int, int]]:
+    """(mirror id, connections) of each mirror's newest row of ``table`` (by its
+    column ``ts``) among those ``where`` selects; the largest when several rows
+    share that time."""
+    newest = (select(table.mirror_id, func.max(ts).label("nts"))
+              .where(where).group_by(table.mirror_id).subquery())
+    q = (
+        select(table.mirror_id, func.max(table.connections).label("connections"))
+        .join(newest, and_(newest.c.mirror_id == table.mirror_id, newest.c.nts == ts))
+        .where(where)
+        .group_by(table.mirror_id)
+    )
+    return [(row.mirror_id, int(row.connections)) for row in session.execute(q)]
 
 
 def _ts(v: datetime | str | None) -> float | None:
