@@ -117,6 +117,31 @@ def test_even_bursts_with_long_pauses_between_are_a_servers_limit() -> None:
     assert paused_share(t, n, int(0.26 * 1e9)) is None
 
 
+def test_a_far_paths_start_is_read_past_for_its_even_bursts() -> None:
+    # lab, mixed-limit (session 33): vsftpd at 1 MB/s per connection, 30 ms away,
+    # with the head start: 14 KiB, slow start's 28 KiB, then the server's first
+    # allowance (213 KiB over 82 ms) before its 64 KiB every 65 ms. Read from
+    # 50 ms after the first arrival, that start stays in every reading: never
+    # paused the 85 % the early look asks (stream_early_share); read from after
+    # it (the engine's first block, when a head start came first:
+    # engine._early_starts), three pauses say it.
+    times = [0.0] + [0.026 + i * 0.0018 for i in range(11)]
+    times += [0.056 + i * 0.0021 for i in range(40)]
+    times += [0.193 + k * 0.065 + i * 0.0007 for k in range(6) for i in range(9)]
+    sizes = [14 * 1024] + [28 * 1024 // 11] * 11 + [213 * 1024 // 40] * 40
+    sizes += [64 * 1024 // 9] * 54
+    t = (np.asarray(times) * 1e9).astype(np.int64)
+    n = np.asarray(sizes, dtype=np.int64)
+
+    def read(since_s: float) -> float | None:
+        return paused_share(t, n, int(since_s * 1e9), min_pauses=3, max_spread=0.35,
+                            min_arrivals=10)
+
+    assert (read(0.05) or 0.0) < 0.85
+    share = read(0.15)
+    assert share is not None and share > 0.85
+
+
 def test_whole_bursts_per_receive_are_read_with_a_pause_the_path_sets() -> None:
     # pure-ftpd behind a fast link: each 48 KiB burst in one or two receives, one
     # burst split by a 6 ms gap, every 37-68 ms; the median gap is itself a pause

@@ -134,6 +134,7 @@ def ftp_mirrors(tmp_path: Path) -> Iterator[Callable[..., list[FtpMirror]]]:
         die_after: dict[int, int] | None = None,
         root: Path | None = None,
         max_per_ip: dict[int, int] | None = None,
+        pace_burst: int = 64 * 1024,
     ) -> list[FtpMirror]:
         if root is None:
             root = tmp_path / f"ftp-root-{len(loops)}"
@@ -161,7 +162,7 @@ def ftp_mirrors(tmp_path: Path) -> Iterator[Callable[..., list[FtpMirror]]]:
                 # throttle sends a second's worth at once)
                 from paced_ftp import paced_dtp
 
-                dtp = paced_dtp(pace[i], burst=64 * 1024)
+                dtp = paced_dtp(pace[i], burst=pace_burst)
             counter = [0]
             if die_after and i in die_after:
                 limit = die_after[i]

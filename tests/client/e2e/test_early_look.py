@@ -49,6 +49,39 @@ def test_one_look_when_first_and_last_are_the_same(tmp_path, ftp_mirrors):
     assert first.at_s >= 1.8, first
 
 
+def test_a_head_starts_bursts_count_from_their_arrival(tmp_path, ftp_mirrors, monkeypatch):
+    """The entry point's head start (pftp_client.early) reads the first bytes while
+    the CLI loads; they reach the engine later, with their own arrival times. The
+    early look reads them from those times: a paced server whose bursts came before
+    the engine ran is found at the engine's first looks, not 0.25 s (ten arrivals,
+    four pauses) after the engine's own first block."""
+    import time
+
+    from pftp_client import early
+
+    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.delenv("PFTP_ACCESS_BANDWIDTH", raising=False)
+    data = os.urandom(6 * 1024 * 1024)
+    # (16 KiB every 25 ms: a burst per receive on loopback, and enough of them)
+    url = ftp_mirrors({"b.bin": data}, 1, pace={0: 640 * 1024},
+                      pace_burst=16 * 1024)[0].url("b.bin")
+    early.discard_all()
+    try:
+        assert early.start(["get", "--mirror", url]) == 1
+        time.sleep(0.5)  # (the head start reads ~15 bursts meanwhile)
+        s = download(mirrors=[url], output=tmp_path / "b.bin", timeout=30.0,
+                     sha256=hashlib.sha256(data).hexdigest(),
+                     config=dataclasses.replace(CFG, timeout=30.0))
+    finally:
+        early.discard_all()
+    assert (tmp_path / "b.bin").read_bytes() == data
+    assert s.mirrors[0].bytes == len(data)
+    streams = [e for e in s.events if e.kind == "stream"]
+    assert streams, s.events
+    assert "bursts" in streams[0].detail, streams[0]
+    assert streams[0].at_s < 0.15, streams[0]
+
+
 def test_numpy_loads_on_its_own_thread_not_under_the_engines_lock(tmp_path, ftp_mirrors):
     """The look reads arrivals with numpy while the engine's lock is held; its first
     import (~0.15 s) must not happen there (it held every flow's writes that long:
