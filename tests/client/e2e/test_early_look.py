@@ -79,7 +79,8 @@ def test_a_head_starts_bursts_count_from_their_arrival(tmp_path, ftp_mirrors, mo
     streams = [e for e in s.events if e.kind == "stream"]
     assert streams, s.events
     assert "bursts" in streams[0].detail, streams[0]
-    assert streams[0].at_s < 0.15, streams[0]
+    # (here 0.07-0.11 s; counted from the engine's first block, 0.28 s)
+    assert streams[0].at_s < 0.2, streams[0]
 
 
 def test_numpy_loads_on_its_own_thread_not_under_the_engines_lock(tmp_path, ftp_mirrors):
