@@ -305,11 +305,16 @@ class EarlyProbe:
             offset_for=self._guessed_offset, size_hint=self._leaders_size,
         )
 
-    def _leaders_size(self) -> int | None:
-        """The size the first mirror's head start answered, if it has by now."""
+    def _leaders_size(self, wait_s: float = 0.0) -> int | None:
+        """The size the first mirror's head start answered, if it has by now or
+        within ``wait_s``."""
         leader = self.leader
         head_get = leader._head_get if leader is not None else None
-        if head_get is None or not head_get.checked.is_set() or head_get.error is not None:
+        if head_get is None:
+            return None
+        if wait_s > 0:
+            head_get.checked.wait(wait_s)
+        if not head_get.checked.is_set() or head_get.error is not None:
             return None
         return head_get.total
 

@@ -61,18 +61,61 @@ def test_a_followers_size_from_the_leader_saves_its_head(nginx_server) -> None:
         offsets.append(size)
         return size // 3
 
-    head = HeadGet(url, None, timeout=20.0, offset_for=offset_for, size_hint=lambda: len(data))
+    head = HeadGet(url, None, timeout=20.0, offset_for=offset_for, size_hint=lambda _w: len(data))
     assert _taken_over(head, url, len(data) // 3, len(data)) == data[len(data) // 3 :]
     assert offsets == [len(data)]
     assert [(m, r) for _c, m, r in _requests(nginx_server)] == [("GET", f"bytes={len(data) // 3}-")]
 
     nginx_server.access_log.write_text("")
-    head = HeadGet(url, None, timeout=20.0, offset_for=offset_for, size_hint=lambda: None)
+    head = HeadGet(url, None, timeout=20.0, offset_for=offset_for, size_hint=lambda _w: None)
     third, half = len(data) // 3, len(data) // 2
     assert _taken_over(head, url, third, half) == data[third:half]
     log = _requests(nginx_server)
     assert [(m, r) for _c, m, r in log] == [("HEAD", "-"), ("GET", f"bytes={len(data) // 3}-")]
     assert log[0][0] == log[1][0]  # one connection
+
+
+def test_a_follower_waits_for_the_leaders_size_a_little_not_for_ever(nginx_server) -> None:
+    """Its connection up before the first mirror answered: the follower waits for
+    that answer up to ``hint_wait_s`` (by default half its own round trip, what a
+    HEAD would cost it at least) and then GETs with no HEAD; an answer that does
+    not come in that time leaves it to its HEAD."""
+    import threading
+    import time
+
+    data = os.urandom(300_001)
+    nginx_server.put("f.bin", data)
+    url = nginx_server.url("f.bin")
+    third = len(data) // 3
+    answered = threading.Event()
+    waits: list[float] = []
+
+    def leaders_size(wait_s: float) -> int | None:
+        waits.append(wait_s)
+        return len(data) if answered.wait(wait_s) else None
+
+    threading.Timer(0.2, answered.set).start()
+    head = HeadGet(url, None, timeout=20.0, offset_for=lambda size: third,
+                   size_hint=leaders_size, hint_wait_s=5.0)
+    assert _taken_over(head, url, third, len(data)) == data[third:]
+    assert waits == [5.0]
+    assert [(m, r) for _c, m, r in _requests(nginx_server)] == [("GET", f"bytes={third}-")]
+
+    nginx_server.access_log.write_text("")
+    answered.clear()
+    begun = time.monotonic()
+    head = HeadGet(url, None, timeout=20.0, offset_for=lambda size: third,
+                   size_hint=leaders_size, hint_wait_s=0.3)
+    assert _taken_over(head, url, third, len(data)) == data[third:]
+    assert 0.3 <= time.monotonic() - begun < 5.0
+    assert [(m, r) for _c, m, r in _requests(nginx_server)] == [("HEAD", "-"),
+                                                              ("GET", f"bytes={third}-")]
+    # by default the wait is half the handshake's round trip (loopback: ~0)
+    waits.clear()
+    head = HeadGet(url, None, timeout=20.0, offset_for=lambda size: third,
+                   size_hint=leaders_size)
+    assert _taken_over(head, url, third, len(data)) == data[third:]
+    assert len(waits) == 1 and 0.0 <= waits[0] < 0.01
 
 
 def test_the_size_alone(nginx_server) -> None:
@@ -93,7 +136,7 @@ def test_a_wrong_size_hint_is_caught_by_the_answer(nginx_server) -> None:
     data = os.urandom(50_000)
     nginx_server.put("f.bin", data)
     head = HeadGet(nginx_server.url("f.bin"), None, timeout=20.0,
-                   offset_for=lambda size: 1000, size_hint=lambda: len(data) + 1)
+                   offset_for=lambda size: 1000, size_hint=lambda _w: len(data) + 1)
     assert isinstance(head.result(20.0), HeadUnusable)
     with HttpFetcher(nginx_server.url("f.bin"), timeout=20.0) as f, pytest.raises(ValueError):
         f.adopt_head(head)

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     import ssl
     from collections.abc import Callable
 
+    from pftp_client.lazy import LazyLogger
+
 __all__ = ["AheadReader", "HeadGet", "HeadUnusable", "parse_content_range", "usable"]
 
 # A range begun ahead is read at most this far ahead of the fetch that takes it
@@ -107,6 +109,12 @@ def tls_context() -> ssl.SSLContext:
         return _tls
 
 
+def _log() -> LazyLogger:
+    from pftp_client.lazy import LazyLogger  # (logging loads with the CLI, not here)
+
+    return LazyLogger(__name__)
+
+
 class HeadUnusable(Exception):
     """The head start cannot serve this mirror; ask it again the usual way."""
 
@@ -174,9 +182,15 @@ class AheadReader:
 class HeadGet(AheadReader):
     """``GET`` with ``Range: bytes=offset-`` on a connection of its own, begun at
     once in a thread (module doc). ``offset`` None: the offset depends on the size,
-    which comes from ``size_hint()`` (another mirror's answer) when it has one by the
-    time the connection is up, else from a HEAD on it; ``offset_for(size)`` then
-    gives the offset, or None for no transfer (the size alone was wanted).
+    which comes from ``size_hint(wait_s)`` (another mirror's answer, waited for at
+    most ``wait_s``) when it has one by the time the connection is up, else from a
+    HEAD on it; ``offset_for(size)`` then gives the offset, or None for no transfer
+    (the size alone was wanted). The wait is ``hint_wait_s``, by default half the
+    connection's handshake: a HEAD costs this path's round trip, so an answer due
+    sooner than that is worth waiting for, and one that does not come costs at most
+    half of it (lab, wide-area over nginx, a start slowed by other imports: the 80 ms
+    mirror was up 13 ms before the 20 ms one's answer, and its HEAD put its data a
+    round trip later).
 
     After ``checked``: ``error`` (a HeadUnusable or OSError: the mirror is to be
     asked again the usual way), or ``total`` (the file size), ``validator`` (for
@@ -191,7 +205,8 @@ class HeadGet(AheadReader):
         timeout: float,
         limit: int = AHEAD_BUFFER_BYTES,
         offset_for: Callable[[int], int | None] | None = None,
-        size_hint: Callable[[], int | None] | None = None,
+        size_hint: Callable[[float], int | None] | None = None,
+        hint_wait_s: float | None = None,
     ) -> None:
         super().__init__(offset, limit, head=True)
         self.url = url
@@ -203,6 +218,8 @@ class HeadGet(AheadReader):
         self.error: BaseException | None = None
         self._offset_for = offset_for
         self._size_hint = size_hint
+        self._hint_wait_s = hint_wait_s
+        self._handshake_s = 0.0  # (the last connection's round trip, _connect)
         threading.Thread(target=self._run, name="pftp-http-head", daemon=True).start()
 
     def _checked(self, error: BaseException | None = None) -> None:
@@ -243,8 +260,12 @@ class HeadGet(AheadReader):
                 conn.sock = sock
                 self.sock = sock
                 if self.offset is None:
-                    size = self._size_hint() if self._size_hint is not None else None
+                    wait = (self._handshake_s / 2 if self._hint_wait_s is None
+                            else self._hint_wait_s)
+                    size = self._size_hint(wait) if self._size_hint is not None else None
                     if size is None:
+                        _log().debug("%s: no size from the first mirror within %.3f s: HEAD",
+                                     self.url, wait)
                         size = self._head(conn, path)
                     self.total = size
                     self.offset = self._offset_for(size) if self._offset_for is not None else None
@@ -311,6 +332,9 @@ class HeadGet(AheadReader):
                 sock.setblocking(True)
                 sock.settimeout(self.timeout)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                from pftp_client.transports.window import smoothed_rtt
+
+                self._handshake_s = smoothed_rtt(sock) or 0.0  # (the SYN's round trip)
                 return sock
             except OSError as exc:
                 sock.close()
