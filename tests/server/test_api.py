@@ -61,6 +61,34 @@ def _assigned_mirrors(client, want: int):
     return wait_until(check, what=f"assignments over {want} mirrors")
 
 
+def test_an_https_only_mirror_serves_a_client_that_asks_for_https(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """A mirror registered with only an https:// URL is usable for the client's
+    protocols (ftp, http, https: pftp_client.early.CLIENT_PROTOCOLS), and not for a
+    request without https; a mirror that has ftp:// too is given by that URL."""
+    with running_app(sqlite_url, tmp_path) as client:
+        _seed(client, mirrors=2)
+        _add_mirror(client, "tls", "https://127.0.0.1:8443/pub/")
+        r = client.post("/api/v1/admin/replicas", json={"mirror": "tls", "file": "iso/big.iso"},
+                        headers=AUTH)
+        assert r.status_code == 201, r.text
+
+        def used(protocols: list[str]) -> dict[str, str] | None:
+            r = _assign(client, access_bandwidth_bps=None, protocols=protocols)
+            if r.status_code != 200:
+                return None
+            body = r.json()
+            urls = {e["mirror"]: e["url"] for e in body["assignments"] + body["backups"]}
+            return urls if len(urls) == 3 or "https" not in protocols else None
+
+        urls = wait_until(lambda: used(["ftp", "http", "https"]), what="the https mirror planned")
+        assert urls["tls"] == "https://127.0.0.1:8443/pub/iso/big.iso"
+        assert urls["m0"].startswith("ftp://") and urls["m1"].startswith("ftp://")
+        without = used(["ftp", "http"])
+        assert without is not None and set(without) == {"m0", "m1"}
+
+
 def test_health_metrics_docs(db_url: str, tmp_path: Path) -> None:
     with running_app(db_url, tmp_path) as client:
         assert client.get("/healthz").json() == {"status": "ok", "database": "ok"}

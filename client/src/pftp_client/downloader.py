@@ -515,7 +515,8 @@ def download(
             request_plan,
         )
 
-        request = AssignmentRequest(file=name, access_bandwidth_bps=bw)
+        request = AssignmentRequest(file=name, access_bandwidth_bps=bw,
+                                    protocols=list(early.CLIENT_PROTOCOLS))
         earlier: list[str] = []
         if early_plan is not None and early_plan.payload != dump(request):
             early_plan.discard()  # (asked differently: a bug, caught by the tests)

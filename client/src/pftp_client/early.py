@@ -707,11 +707,19 @@ _API_PREFIX = "/api/v1"
 _PLAN_HEAD_START_S = 0.05
 
 
+# The protocols the client asks the coordinator for, in its order of preference for
+# a mirror's URLs: https only where a mirror has neither of the others (TLS costs a
+# round trip per connection, and the file's SHA-256 is checked anyway). Without
+# https, a mirror registered only with an https:// URL could not serve at all.
+CLIENT_PROTOCOLS = ("ftp", "http", "https")
+
+
 def assignment_payload(name: str, access_bandwidth_bps: int | None) -> dict[str, Any]:
-    """AssignmentRequest(file=name, access_bandwidth_bps=...) as pftp_wire's dump()
-    writes it, without loading pftp_wire (test_early_plan compares the two)."""
+    """AssignmentRequest(file=name, access_bandwidth_bps=..., protocols=CLIENT_PROTOCOLS)
+    as pftp_wire's dump() writes it, without loading pftp_wire (test_early_plan
+    compares the two)."""
     return {"file": name, "access_bandwidth_bps": access_bandwidth_bps,
-            "protocols": ["ftp", "http"]}
+            "protocols": list(CLIENT_PROTOCOLS)}
 
 
 def _config_file_exists(env: Any) -> bool:

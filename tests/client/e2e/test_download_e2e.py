@@ -373,7 +373,8 @@ def test_coordinated_download_with_piece_hashes_and_report(
     _assert_clean(target, data)
     assert s.mode == "coordinated" and s.sha256_verified and s.request_id == "req-1"
     assert coord.requests == [
-        {"file": "f.bin", "access_bandwidth_bps": 50_000_000, "protocols": ["ftp", "http"]}
+        {"file": "f.bin", "access_bandwidth_bps": 50_000_000,
+         "protocols": ["ftp", "http", "https"]}
     ]
     report = DownloadReport.model_validate(coord.reports[0])
     assert report.sha256_ok and report.request_id == "req-1"

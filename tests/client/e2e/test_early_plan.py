@@ -53,7 +53,8 @@ def test_the_plan_asked_early_is_used_once_and_its_transfers_taken_over(
     assert s.mode == "coordinated" and s.request_id == "req-1"
     # one request, the one download() would have sent; one report
     assert coord.requests == [
-        {"file": "f.bin", "access_bandwidth_bps": 50_000_000, "protocols": ["ftp", "http"]}
+        {"file": "f.bin", "access_bandwidth_bps": 50_000_000,
+         "protocols": ["ftp", "http", "https"]}
     ]
     assert len(coord.reports) == 1
     assert all(f.head_history is not None for f in heads)  # each transfer was taken over
@@ -116,7 +117,8 @@ def test_the_early_request_is_the_one_download_sends() -> None:
     assert early._API_PREFIX == API_PREFIX
     assert ClientSettings().timeout == early._DEFAULT_TIMEOUT_S
     for name, bw in (("dir/f.iso", 50_000_000), ("f", None), ("é.bin", 1)):
-        expected = dump(AssignmentRequest(file=name, access_bandwidth_bps=bw))
+        expected = dump(AssignmentRequest(file=name, access_bandwidth_bps=bw,
+                                          protocols=list(early.CLIENT_PROTOCOLS)))
         assert early.assignment_payload(name, bw) == expected
 
 
