@@ -1984,12 +1984,14 @@ class DownloadEngine:
         strongest first; one at a time unless the access link is known."""
         if not looked:
             return
-        # the rates the trial compares with: every flow's over the same time
+        # the rates the trial compares with: every flow's over the same time (from
+        # its first data's arrival: a look can now fire before 0.15 s of the
+        # engine's own, and a flow with no rate would count as carrying nothing)
         for g in self.flows.values():
-            if g.first_data is None or not g.alive:
+            if g.first_arrival is None or not g.alive:
                 continue
             t, b = self._arrivals(g)
-            begin = max(g.first_data + self.cfg.stream_early_skip_s,
+            begin = max(g.first_arrival + self.cfg.stream_early_skip_s,
                         now - self.cfg.stream_early_s)
             if now - begin > 0.1 and t.size and t[0] <= int(begin * 1e9):
                 g.round_Bps = rate_since(t, b, begin, now)
