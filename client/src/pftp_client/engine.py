@@ -1893,8 +1893,13 @@ class DownloadEngine:
             if not starts:
                 f.early_looked = True
                 continue  # (the ring no longer holds its start: a fast flow)
+            # (behind a fast link a whole burst arrives in one receive: too few
+            # arrivals for paused_share, but what those receives return says it;
+            # the same for every start read)
+            waits = self._waited_reads(f)
+            burst = burst_bytes(None, waits, min_waits=5) if waits is not None else None
             for since in starts:
-                found = self._early_evidence(f, times, sizes, since, now)
+                found = self._early_evidence(f, times, sizes, since, now, burst)
                 if found is not None:
                     break
             else:
@@ -1926,16 +1931,14 @@ class DownloadEngine:
         return starts
 
     def _early_evidence(
-        self, f: Flow, times: np.ndarray, sizes: np.ndarray, since: float, now: float
+        self, f: Flow, times: np.ndarray, sizes: np.ndarray, since: float, now: float,
+        burst: float | None,
     ) -> tuple[float | None, str, float | None, float | None] | None:
-        """Lock held: the early look's evidence in ``f``'s arrivals from ``since``:
+        """Lock held: the early look's evidence in ``f``'s arrivals from ``since``
+        (``burst``: what its receives that waited returned, streams.burst_bytes):
         (paused share or None, why, the rate it is held to, the path's within its
         bursts), or None when they do not show a per-connection limit."""
         share, pause_s = self._early_paused(f, times, sizes, since)
-        # (behind a fast link a whole burst arrives in one receive: too few
-        # arrivals for paused_share, but what those receives return says it)
-        waits = self._waited_reads(f)
-        burst = burst_bytes(None, waits, min_waits=5) if waits is not None else None
         mean = rate_since(times, sizes, since, now)
         clump = burst / mean if burst and mean else 0.0
         paused = share is not None and share >= self.cfg.stream_early_share

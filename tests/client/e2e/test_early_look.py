@@ -54,7 +54,7 @@ def test_a_head_starts_bursts_count_from_their_arrival(tmp_path, ftp_mirrors, mo
     the CLI loads; they reach the engine later, with their own arrival times. The
     early look reads them from those times: a paced server whose bursts came before
     the engine ran is found at the engine's first looks, not 0.25 s (ten arrivals,
-    four pauses) after the engine's own first block."""
+    three pauses) after the engine's own first block."""
     import time
 
     from pftp_client import early
