@@ -476,6 +476,7 @@ def start_nginx(tmp_path: Path, _spawner: _Spawner) -> Callable[..., MirrorServe
 
     Locations over the same root: ``/`` (Range supported), ``/norange/`` (Range
     ignored: 200 with the whole file), ``/slow/`` (``limit_rate slow_rate``),
+    ``/fastfirst/`` (2 MB of each response at once, then 16 kB/s),
     ``/moved/NAME`` (302 to ``/NAME``), ``/busy/`` (503), ``/ratelimited/`` (429).
     """
     binary = find_server_binary("nginx", "nginx")
@@ -529,6 +530,7 @@ http {{
         location / {{ }}
         location /norange/ {{ alias {root}/; max_ranges 0; }}
         location /slow/ {{ alias {root}/; limit_rate {slow_rate}; sendfile off; }}
+        location /fastfirst/ {{ alias {root}/; limit_rate_after 2m; limit_rate 16k; sendfile off; }}
         location ~ ^/moved/(.*)$ {{ return 302 /$1; }}
         location /busy/ {{ return 503; }}
         location /ratelimited/ {{ return 429; }}

@@ -149,6 +149,52 @@ def test_detector_factory_plugs_into_the_engine_hook():
     assert obs.monitor._thread is None  # stopped once no flow is left
 
 
+def _shared_phase(obs, flows: tuple[str, str], start_ns: int, seed: int) -> None:
+    """Arrivals of ``flows`` sharing one link from ``start_ns``, and two checks (a
+    verdict needs two in a row)."""
+    rng = np.random.default_rng(seed)
+    a, b = shared_link(rng, 2, 1.5 * MS, 1400, start_ns=start_ns)
+    for t, f in sorted((int(t), f) for f, ts in zip(flows, (a, b), strict=True) for t in ts):
+        obs.on_receive(f, t, 1448)
+    obs.monitor.check()
+    obs.monitor.check()
+
+
+def test_one_drop_per_link_the_flow_left_is_not_dropped_again():
+    """Three flows behind one link come as two sets: f1 with f2 (f2 dropped, f1 kept),
+    then f1 with f3. Dropping f3 would leave f1 alone on the link, which it may not
+    fill; so nothing more is dropped and the event says why. Two sets on two links
+    (f1 with f2, f3 with f4) each lose a flow."""
+    from pftp_client.flow_observer import FlowTimings
+
+    engine = _Engine()
+    events = []
+    obs = congestion_detector_factory(on_event=events.append, interval_s=3600)(
+        engine, FlowTimings(16))
+    for fid in ("f1", "f2", "f3"):
+        obs.flow_started(fid, "m" + fid[1])
+    _shared_phase(obs, ("f1", "f2"), 0, 5)
+    assert engine.dropped == ["f2"] and events[-1].kept == "f1"
+    _shared_phase(obs, ("f1", "f3"), 10**10, 6)
+    assert engine.dropped == ["f2"], "the flow left on the link lost its partner too"
+    assert events[-1].mirrors == ["m1", "m3"] and events[-1].dropped == []
+    assert events[-1].thinned_by == ["f1"]
+    obs.monitor.stop()
+
+    engine = _Engine()
+    engine.alive.add("f4")
+    events = []
+    obs = congestion_detector_factory(on_event=events.append, interval_s=3600)(
+        engine, FlowTimings(16))
+    for fid in ("f1", "f2", "f3", "f4"):
+        obs.flow_started(fid, "m" + fid[1])
+    _shared_phase(obs, ("f1", "f2"), 0, 5)
+    _shared_phase(obs, ("f3", "f4"), 10**10, 6)
+    assert engine.dropped == ["f2", "f4"]
+    assert [e.thinned_by for e in events] == [[], []]
+    obs.monitor.stop()
+
+
 class _SaturatedEngine(_Engine):
     """An engine whose flows together fill the client's access link."""
 

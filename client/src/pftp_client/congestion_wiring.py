@@ -321,6 +321,15 @@ class CongestionSession:
                 "nothing dropped, not reported"
             )
             return
+        thinned = getattr(event, "thinned_by", [])
+        if thinned:
+            self.say(
+                f"shared congested link: {', '.join(event.mirrors)} "
+                f"({event.source}, confidence {event.confidence:.2f}, {event.packets} "
+                f"packets); nothing dropped: {', '.join(thinned)} already carries what an "
+                "earlier set left on that link (one drop per link)"
+            )
+            return
         self.say(
             f"shared congested link: {', '.join(event.mirrors)} "
             f"({event.source}, confidence {event.confidence:.2f}, {event.packets} packets); "

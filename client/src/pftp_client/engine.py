@@ -517,7 +517,8 @@ class Parking:
     aggregate_before: float  # bytes/s of all flows over the seconds before
     access_link: bool = False  # parked because the flows filled the access link
     judge_from: float = 0.0  # when the flows left are first counted (_judge_parkings_soon)
-    mark: tuple[float, int] | None = None  # (clock, their bytes) then
+    settle: float = 0.0  # how long after a parked transfer stops they are not counted
+    mark: tuple[float, dict[str, int]] | None = None  # (clock, each one's bytes) then
     span: float = 0.0  # how long they are counted from the mark
     judged: bool = False  # judged soon: the probation decides the rest
 
@@ -1022,13 +1023,20 @@ class DownloadEngine:
             self.pool.add(s, e)
         flow.initial = RangeSet()
         recent = next((p for p in self._parkings if now - p.at < 0.5), None)
+        rtt = max((self._path_rtt(f) for f in working), default=0.0)
+        settle = max(self.cfg.park_settle_s, self.cfg.park_settle_rtts * rtt)
         if recent is not None:  # one verdict's set arrives as several calls
             recent.flows.append(flow.id)
+            # the flows left are judged once they have taken this one's share too,
+            # and without its bytes (two groups behind two links: counted from a mark
+            # that held the second one's bytes, the rest read 12 of 28 Mbit/s)
+            recent.judge_from = max(recent.judge_from, now + settle)
+            recent.settle = max(recent.settle, settle)
+            recent.mark = None
         else:
-            rtt = max((self._path_rtt(f) for f in working), default=0.0)
-            settle = max(self.cfg.park_settle_s, self.cfg.park_settle_rtts * rtt)
             self._parkings.append(
-                Parking([flow.id], now, before, kind == "parked", judge_from=now + settle)
+                Parking([flow.id], now, before, kind == "parked", judge_from=now + settle,
+                        settle=settle)
             )
         self._event(
             kind, flow, f"{why}; parked: its work goes to the flows left, the mirror stays "
@@ -1055,9 +1063,9 @@ class DownloadEngine:
         return False
 
     def _judge_parkings_soon(self, now: float) -> float | None:
-        """Lock held: judge each parking on the bytes of the flows left since it
-        settled (config: park_settle_s, park_judge_s), all of them at work, and
-        undo it when they carry
+        """Lock held: judge each parking on the bytes of the flows left since the
+        parked transfers stopped and settled (config: park_settle_s, park_judge_s),
+        all of them at work, and undo it when they carry
         clearly less than all did before (the verdict was wrong), or, parked for a
         full access link, when that link has room without it. The monitor calls it
         between its rounds; returns when it next has something to judge (None:
@@ -1075,20 +1083,29 @@ class DownloadEngine:
                 # ABOR under way): what they carry then says nothing of the verdict
                 p.mark = None
                 continue
+            if any(f.lane is not None for f in self.flows.values()
+                   if f.id in p.flows and f.alive):
+                # a parked flow still fetches up to its cut, on the link it shares
+                # with some of them: they take its share only once it has stopped
+                p.mark = None
+                p.judge_from = max(p.judge_from, now + p.settle)
+                continue
+            if p.mark is not None and set(p.mark[1]) != {f.id for f in left}:
+                p.mark = None  # a flow ended or joined since: count the ones left anew
             if p.mark is None:
                 if now < p.judge_from:
                     due = p.judge_from if due is None else min(due, p.judge_from)
                     continue
                 gap = max((f.gap_s for f in left), default=0.0)
-                p.mark = (now, sum(f.stats.received for f in left))
+                p.mark = (now, {f.id: f.stats.received for f in left})
                 p.span = max(self.cfg.park_judge_s, 2 * gap)
-            t0, b0 = p.mark
+            t0, at_mark = p.mark
             span = p.span
             if now - t0 < span:
                 due = t0 + span if due is None else min(due, t0 + span)
                 continue
             p.judged = True
-            rate = (sum(f.stats.received for f in left) - b0) / (now - t0)
+            rate = sum(f.stats.received - at_mark[f.id] for f in left) / (now - t0)
             why = self._parking_wrong(p, rate)
             if why is not None:
                 self._undo_parking(p, rate, why)

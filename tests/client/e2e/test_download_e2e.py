@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -683,6 +684,65 @@ def test_a_wrong_parking_is_undone_within_a_second(tmp_path, start_nginx):
     resumed = next(e for e in s.events if e.kind == "resumed")
     assert "did not hold" in resumed.detail
     assert resumed.at_s - congested.at_s < 1.4, (congested, resumed)
+
+
+class ParksTwoInTurn:
+    """A stand-in detector for two groups of mirrors behind two congested links: it
+    names ``first`` once ``after_s`` have passed since it was attached, and
+    ``second`` ``gap_s`` later (one verdict per link, close enough to be one
+    parking)."""
+
+    def __init__(self, control, first: str, second: str, after_s: float, gap_s: float,
+                 timings=None) -> None:
+        self.control, self.names = control, [first, second]
+        self.due = [time.monotonic() + after_s, time.monotonic() + after_s + gap_s]
+        self.dropped: list[str] = []
+
+    def flow_started(self, flow_id, mirror):
+        pass
+
+    def flow_ended(self, flow_id):
+        pass
+
+    def on_receive(self, flow_id, arrival_ns, nbytes):
+        k = len(self.dropped)
+        if k < 2 and time.monotonic() >= self.due[k]:
+            self.dropped += self.control.drop_flows([self.names[k]], reason="congested") or [
+                f"(not taken) {self.names[k]}"]
+
+
+def test_two_parkings_in_turn_are_judged_on_the_flows_left_alone(tmp_path, start_nginx):
+    """Two flows parked 0.3 s apart form one parking; it is judged on the bytes of
+    the flows left after the second, from a mark taken after it. Here the parked
+    ones got 2 MB each at once and then trickle (nginx limit_rate_after), so the
+    two left carry nearly all the aggregate: the verdict holds. Counted from a mark
+    that still held the second one's 2 MB, they read as carrying nothing and both
+    were put back to work (the lab's two-groups topology, 1 run in 2)."""
+    data = os.urandom(32 * 1024 * 1024 + 5)
+    servers = [start_nginx(slow_rate="2m")]
+    servers[0].put("f.bin", data)
+    servers += [start_nginx(root=servers[0].root, slow_rate="2m") for _ in range(3)]
+    names = [f"http://127.0.0.1:{x.port}" for x in servers]
+    factory, made = stand_in(ParksTwoInTurn, names[2], names[3], 2.3, 0.3)
+    s = download(
+        None,
+        mirrors=[x.url("f.bin", prefix=p) for x, p in
+                 zip(servers, ["slow/", "slow/", "fastfirst/", "fastfirst/"], strict=True)],
+        output=tmp_path / "f.bin",
+        # (one connection per mirror and no slow-server cut: the parked flows keep
+        # their lanes until the verdicts)
+        config=dataclasses.replace(FAST, max_streams=1, slow_ratio=1e-4),
+        access_bandwidth_bps=None,
+        detector_factory=factory,
+        cross_check=False,
+    )
+    _assert_clean(tmp_path / "f.bin", data)
+    assert made[0].dropped == [names[2], names[3]]
+    kinds = [(e.kind, e.mirror) for e in s.events]
+    assert ("congested", names[2]) in kinds and ("congested", names[3]) in kinds
+    assert not [e for e in s.events if e.kind == "resumed"], s.events
+    by = {x.name: x for x in s.mirrors}
+    assert by[names[2]].state == "parked" and by[names[3]].state == "parked"
 
 
 def test_parked_flow_takes_over_when_the_other_fails(tmp_path, ftp_mirrors):
