@@ -187,6 +187,7 @@ def test_events_become_report_fields():
             "packets": 150,
             "access_link": False,
             "access_unknown": False,
+            "thinned_by": [],
         }
     ]
     assert congested_with(out["events"]) == {"m0": ["m1"], "m1": ["m0"]}

@@ -302,6 +302,7 @@ class CongestionSession:
                     "packets": int(event.packets),
                     "access_link": bool(getattr(event, "access_link", False)),
                     "access_unknown": bool(getattr(event, "access_unknown", False)),
+                    "thinned_by": list(getattr(event, "thinned_by", [])),
                 }
             )
         if getattr(event, "access_link", False):
