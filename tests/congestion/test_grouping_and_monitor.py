@@ -178,7 +178,7 @@ def test_one_drop_per_link_the_flow_left_is_not_dropped_again():
     _shared_phase(obs, ("f1", "f3"), 10**10, 6)
     assert engine.dropped == ["f2"], "the flow left on the link lost its partner too"
     assert events[-1].mirrors == ["m1", "m3"] and events[-1].dropped == []
-    assert events[-1].thinned_by == ["f1"]
+    assert events[-1].thinned_by == ["m1"]
     obs.monitor.stop()
 
     engine = _Engine()

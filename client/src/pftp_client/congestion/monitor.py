@@ -63,8 +63,8 @@ class CongestionEvent:
     # the access bandwidth is known but the flows' aggregate was not measured yet:
     # whether the shared link is the access link could not be told (kept, unreported)
     access_unknown: bool = False
-    # a flow of the set is what an earlier set left on that link: nothing dropped
-    # (MonitorObserver: one drop per upstream link)
+    # mirrors of the set whose flow is what an earlier set left on that link:
+    # nothing dropped (MonitorObserver: one drop per upstream link)
     thinned_by: list[str] = field(default_factory=list)
 
 
@@ -303,7 +303,8 @@ class MonitorObserver:
             # one flow, which may not fill the link: 20 Mbit/s mirrors behind 25,
             # both others parked, 40 of 45 Mbit/s (1.12-1.13x). Two flows sharing a
             # link lose nothing but a backup's place.
-            event.thinned_by = [str(f) for f in event.shared_set if str(f) in self._left_alone]
+            event.thinned_by = [self._mirror.get(str(f), str(f))
+                                for f in event.shared_set if str(f) in self._left_alone]
             if event.thinned_by:
                 flow_ids = []
         # The engine decides: a backup in its place, parked (no backup left, or the
