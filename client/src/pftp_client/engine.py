@@ -1026,13 +1026,11 @@ class DownloadEngine:
         rtt = max((self._path_rtt(f) for f in working), default=0.0)
         settle = max(self.cfg.park_settle_s, self.cfg.park_settle_rtts * rtt)
         if recent is not None:  # one verdict's set arrives as several calls
+            # (judged without its bytes once its transfer stopped, _judge_parkings_soon:
+            # two groups behind two links, a mark that held the second one's bytes read
+            # the rest at 12 of 28 Mbit/s)
             recent.flows.append(flow.id)
-            # the flows left are judged once they have taken this one's share too,
-            # and without its bytes (two groups behind two links: counted from a mark
-            # that held the second one's bytes, the rest read 12 of 28 Mbit/s)
-            recent.judge_from = max(recent.judge_from, now + settle)
             recent.settle = max(recent.settle, settle)
-            recent.mark = None
         else:
             self._parkings.append(
                 Parking([flow.id], now, before, kind == "parked", judge_from=now + settle,

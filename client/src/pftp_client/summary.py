@@ -104,7 +104,7 @@ class DownloadSummary:
     # shared-congestion detection: {"mode", "source", "sources_used", "detector",
     # "events": [{"at_s", "mirrors", "kept", "dropped", "source", "confidence",
     # "packets", "refuted" (its parking was undone: the verdict did not hold),
-    # "thinned_by" (nothing dropped: these flows are what an earlier set left), ...}],
+    # "thinned_by" (nothing dropped: these mirrors are what an earlier set left), ...}],
     # "refuted": [mirrors put back to work so]}; source None = not attached (off,
     # one mirror, own detector)
     congestion: dict[str, Any] = field(default_factory=dict)

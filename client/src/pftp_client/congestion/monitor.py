@@ -309,8 +309,9 @@ class MonitorObserver:
                 flow_ids = []
         # The engine decides: a backup in its place, parked (no backup left, or the
         # shared link is the access link), or kept.
-        done = set(self.control.drop_flows([str(f) for f in flow_ids], "congested") or []) \
-            if flow_ids else set()
+        done: set[str] = set()
+        if flow_ids:
+            done = set(self.control.drop_flows([str(f) for f in flow_ids], "congested") or [])
         # Say what really happened.
         event.dropped = [f for f in flow_ids if str(f) in done]
         if event.dropped and not event.access_link:
