@@ -112,6 +112,10 @@ class _Engine:
         self.dropped: list[str] = []
         self.alive = {"f1", "f2", "f3"}
         self.lock = threading.Lock()
+        self.kept: list[tuple[str, list[str]]] = []  # note_kept's calls
+
+    def note_kept(self, kept, dropped):
+        self.kept.append((kept, list(dropped)))
 
     def drop_flows(self, flow_ids, reason="congested"):
         with self.lock:
@@ -179,6 +183,7 @@ def test_one_drop_per_link_the_flow_left_is_not_dropped_again():
     assert engine.dropped == ["f2"], "the flow left on the link lost its partner too"
     assert events[-1].mirrors == ["m1", "m3"] and events[-1].dropped == []
     assert events[-1].thinned_by == ["m1"]
+    assert engine.kept == [("f1", ["f2"])]
     obs.monitor.stop()
 
     engine = _Engine()
@@ -192,6 +197,9 @@ def test_one_drop_per_link_the_flow_left_is_not_dropped_again():
     _shared_phase(obs, ("f3", "f4"), 10**10, 6)
     assert engine.dropped == ["f2", "f4"]
     assert [e.thinned_by for e in events] == [[], []]
+    # (the engine hears which flow is left on each link: it renews that one's
+    # connection if it does not take up the share of the one parked)
+    assert engine.kept == [("f1", ["f2"]), ("f3", ["f4"])]
     obs.monitor.stop()
 
 

@@ -41,7 +41,8 @@ class FlowControl(Protocol):
     def active_flows(self) -> list[str]: ...
 
     # Optional: ``access_saturated() -> bool``, True while the flows together fill
-    # the client's access link (a shared set found then is not acted on).
+    # the client's access link (a shared set found then is not acted on);
+    # ``note_kept(kept, dropped)``: the flow kept on the link the dropped ones shared.
 
 
 class _Ring:

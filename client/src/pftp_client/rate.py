@@ -30,9 +30,11 @@ class RateMeter:
             self._samples.append((now, self.total))
 
     def add(self, nbytes: int, now: float) -> None:
+        """Count ``nbytes`` at ``now``; a time before the last sample's (bytes that
+        came earlier but are counted late) joins the next sample."""
         with self._lock:
             self.total += nbytes
-            self._last_add = now
+            self._last_add = max(self._last_add, now)
             if not self._samples or now - self._samples[-1][0] >= self.step_s:
                 self._samples.append((now, self.total))
                 while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:

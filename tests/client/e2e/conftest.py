@@ -135,6 +135,7 @@ def ftp_mirrors(tmp_path: Path) -> Iterator[Callable[..., list[FtpMirror]]]:
         root: Path | None = None,
         max_per_ip: dict[int, int] | None = None,
         pace_burst: int = 64 * 1024,
+        dtp_for: dict[int, type] | None = None,
     ) -> list[FtpMirror]:
         if root is None:
             root = tmp_path / f"ftp-root-{len(loops)}"
@@ -163,6 +164,8 @@ def ftp_mirrors(tmp_path: Path) -> Iterator[Callable[..., list[FtpMirror]]]:
                 from paced_ftp import paced_dtp
 
                 dtp = paced_dtp(pace[i], burst=pace_burst)
+            if dtp_for and i in dtp_for:  # (a test's own data channel)
+                dtp = dtp_for[i]
             counter = [0]
             if die_after and i in die_after:
                 limit = die_after[i]

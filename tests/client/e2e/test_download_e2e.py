@@ -745,6 +745,103 @@ def test_two_parkings_in_turn_are_judged_on_the_flows_left_alone(tmp_path, start
     assert by[names[2]].state == "parked" and by[names[3]].state == "parked"
 
 
+class ParksOneKeepsOne:
+    """A stand-in detector for two mirrors behind one congested link: ``after_s``
+    after it was attached it parks ``dropped`` and tells the engine ``kept`` is
+    the flow left on that link, as the real monitor does (note_kept)."""
+
+    def __init__(self, control, kept: str, dropped: str, after_s: float, timings=None) -> None:
+        self.control, self.kept, self.name = control, kept, dropped
+        self.due = time.monotonic() + after_s
+        self.dropped: list[str] = []
+
+    def flow_started(self, flow_id, mirror):
+        pass
+
+    def flow_ended(self, flow_id):
+        pass
+
+    def on_receive(self, flow_id, arrival_ns, nbytes):
+        if not self.dropped and time.monotonic() >= self.due:
+            self.dropped = self.control.drop_flows([self.name], reason="congested") or [
+                f"(not taken) {self.name}"]
+            self.control.note_kept(self.kept, self.dropped)
+
+
+def _tired_first_dtp(fast: int, fast_s: float, slow: int) -> type:
+    """A data channel paced at ``fast`` bytes/s, except the server's first one,
+    which falls to ``slow`` after ``fast_s``: a sender that keeps the rate it
+    learned while it shared a link after the sharing ended (BBR's pacing behind
+    a shaper with no propagation delay, in the lab), where a new connection runs
+    at the link's rate."""
+    from paced_ftp import paced_dtp
+
+    opened = [0]
+
+    class TiredFirst(paced_dtp(fast)):
+        _tired: bool | None = None
+
+        def _throttle_bandwidth(self, len_chunk: int, max_speed: int) -> None:
+            now = time.monotonic()
+            if self._started is None:
+                self._started = now
+                opened[0] += 1
+                self._tired = opened[0] == 1
+            self._datacount += len_chunk
+            fast_bytes = fast * fast_s
+            if self._tired and self._datacount > fast_bytes:
+                due = self._started + fast_s + (self._datacount - fast_bytes) / slow
+            else:
+                due = self._started + self._datacount / fast
+            if due - now <= 0.001:
+                return
+
+            def wake() -> None:
+                self.add_channel(events=self.ioloop.WRITE)
+
+            self.del_channel()
+            self._cancel_throttler()
+            self._throttler = self.ioloop.call_later(due - now, wake,
+                                                     _errback=self.handle_error)
+
+    return TiredFirst
+
+
+def test_a_parking_renews_the_kept_flows_connection_before_it_is_undone(
+    tmp_path, ftp_mirrors
+):
+    """Two mirrors on one link, one parked: the one kept must take up its share.
+    Here the kept mirror's connection stays at 32 kB/s after its first second (as
+    a BBR sender that measured the shared link), so the flows left carry a
+    hundredth of what both did. Before the parking is undone, the kept flow gets a
+    new connection, which runs at 3 MB/s: the parking holds. Without the renewal
+    the parked mirror was put back to work."""
+    data = os.urandom(16 * 1024 * 1024 + 3)
+    m = ftp_mirrors({"f.bin": data}, 2, pace={1: 512 * 1024},
+                    dtp_for={0: _tired_first_dtp(3 * 1024 * 1024, 1.0, 32 * 1024)})
+    kept, parked = (f"ftp://127.0.0.1:{x.port}" for x in m)
+    factory, made = stand_in(ParksOneKeepsOne, kept, parked, 1.6)
+    s = download(
+        None,
+        mirrors=[x.url("f.bin") for x in m],
+        output=tmp_path / "f.bin",
+        # (one connection per mirror, no slow-server cut, no head start: the kept
+        # flow's first connection is the tired one until the verdict)
+        config=dataclasses.replace(FAST, max_streams=1, slow_ratio=1e-4),
+        access_bandwidth_bps=None,
+        detector_factory=factory,
+        cross_check=False,
+    )
+    _assert_clean(tmp_path / "f.bin", data)
+    assert made[0].dropped == [parked]
+    kinds = [(e.kind, e.mirror) for e in s.events]
+    assert ("congested", parked) in kinds
+    assert not [e for e in s.events if e.kind == "resumed"], s.events
+    by = {x.name: x for x in s.mirrors}
+    assert by[parked].state == "parked"
+    assert by[kept].bytes > 12 * 1024 * 1024
+
+
 def test_parked_flow_takes_over_when_the_other_fails(tmp_path, ftp_mirrors):
     """The parked mirror is the reserve: when the only working flow's server dies,
     the parked one resumes and finishes the file."""

@@ -316,6 +316,11 @@ class MonitorObserver:
         event.dropped = [f for f in flow_ids if str(f) in done]
         if event.dropped and not event.access_link:
             self._left_alone.add(str(event.kept))
+            # (the engine renews the kept flow's connection if it does not take up
+            # the share of those parked; optional, as access_saturated)
+            note_kept = getattr(self.control, "note_kept", None)
+            if note_kept is not None:
+                note_kept(str(event.kept), [str(f) for f in event.dropped])
         if self.on_event is not None:
             self.on_event(event)
 
