@@ -186,10 +186,6 @@ class EngineConfig:
     park_settle_s: float = 0.2
     park_settle_rtts: float = 3.0
     park_judge_s: float = 0.5
-    # Flows left carrying less than this share of what all did before: the flows
-    # kept on the parked ones' link get a new connection, once, and are judged again
-    # (_renew_partners; undone only below park_hold).
-    park_renew_below: float = 0.95
     # No parking for the access link with less work left than this at the current
     # rate (a probation's worth): it could not be judged, and its cut would be the
     # end's (drop_flows).
@@ -1121,23 +1117,21 @@ class DownloadEngine:
             p.judged = True
             rate = sum(f.stats.received - at_mark[f.id] for f in left) / (now - t0)
             why = self._parking_wrong(p, rate)
-            short = why is not None or rate < self.cfg.park_renew_below * p.aggregate_before
-            if short and self._renew_partners(p, rate, now):
+            if why is not None and self._renew_partners(p, rate, now):
                 due = now if due is None else min(due, now)
             elif why is not None:
                 self._undo_parking(p, rate, why)
         return due
 
     def _renew_partners(self, p: Parking, rate: float, now: float) -> bool:
-        """Lock held: when the flows left carry less than before parking ``p``
-        (park_renew_below; also before it is undone for carrying too little), once,
-        give the flows kept on its link a new connection and judge it again on them.
-        A sender's rate learned while it shared the link can outlast the sharing:
-        lab, BBR behind a 15 Mbit/s link with no propagation delay, the flow left
-        kept pacing at the 11.7 Mbit/s it had measured for ~1.2 s (its probing
-        phases last one minimum RTT, 23 us), while a new connection ran at 14.4 at
-        once. FTP or HTTP, the cut closes the connection under way (ABOR, or the
-        response's), and the flow's next range opens another. Returns whether it
+        """Lock held: before parking ``p`` is undone for the flows left carrying too
+        little, once, give the flows kept on its link a new connection, and judge it
+        again on them. A sender's rate learned while it shared the link can outlast
+        the sharing: lab, BBR behind a 15 Mbit/s link with no propagation delay, the
+        flow left kept pacing at the 11.7 Mbit/s it had measured for ~1.2 s (its
+        probing phases last one minimum RTT, 23 us), while a new connection ran at
+        14.4 at once. FTP or HTTP, the cut closes the connection under way (ABOR, or
+        the response's), and the flow's next range opens another. Returns whether it
         did."""
         if p.renewed_at is not None or p.access_link:
             return False
