@@ -266,6 +266,40 @@ def test_shared_set_before_the_aggregate_is_measured_is_not_reported():
     obs.monitor.stop()
 
 
+class _MeasuredLaterEngine(_Engine):
+    """An engine with a known access bandwidth whose aggregate is measured only
+    once ``measured`` is set: until then it acts on no set (engine.drop_flows)."""
+
+    measured = False
+
+    def access_undetermined(self):
+        return not self.measured
+
+    def drop_flows(self, flow_ids, reason="congested"):
+        return super().drop_flows(flow_ids, reason) if self.measured else []
+
+
+def test_a_set_found_before_the_aggregate_is_measured_is_acted_on_later():
+    """A set found while the access link cannot be ruled out is kept; its flows stay
+    watched, so the next round's verdict, with the aggregate measured, drops one."""
+    from pftp_client.flow_observer import FlowTimings
+
+    engine = _MeasuredLaterEngine()
+    events = []
+    obs = congestion_detector_factory(on_event=events.append, interval_s=3600)(
+        engine, FlowTimings(16))
+    for fid in ("f1", "f2"):
+        obs.flow_started(fid, "m" + fid[1])
+    _shared_phase(obs, ("f1", "f2"), 0, 5)
+    assert events and events[-1].access_unknown and events[-1].dropped == []
+    assert engine.dropped == []
+    engine.measured = True
+    _shared_phase(obs, ("f1", "f2"), 10**10, 6)
+    assert engine.dropped == ["f2"], [(e.mirrors, e.dropped) for e in events]
+    assert not events[-1].access_unknown and events[-1].dropped == ["f2"]
+    obs.monitor.stop()
+
+
 def test_real_sources_need_stronger_evidence_for_shared():
     """The bare test says shared at D < -0.25; kernel timestamps need D < -0.7 and
     app-recv D < -0.9 (detectors.py: both see the receiver's own batching)."""

@@ -481,8 +481,8 @@ def others_kept(
     others_before_Bps: float, others_after_Bps: float, mirror_gain_Bps: float
 ) -> bool:
     """A mirror's gain may only be a larger share of a link it shares with other
-    mirrors (the access link, or one upstream), taken from them: kept only if they lost less
-    than half of what it gained."""
+    mirrors (the access link, or one upstream), taken from them: kept only if they
+    lost less than half of what it gained."""
     return others_before_Bps - others_after_Bps < 0.5 * mirror_gain_Bps
 
 
