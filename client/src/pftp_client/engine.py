@@ -1741,7 +1741,7 @@ class DownloadEngine:
             path, why = None, more.get(f.stream_of or f.id, "")
             if kind == "pauses":
                 path, f.round_Bps, why = longs[f.id]  # (judged against its paced rate)
-            self._start_trial(f, key, kind, now, losses, idles, clumps,
+            self._start_trial(f, key, kind, now, losses, idles, clumps, bool(access),
                               reason=why, path_Bps=path)
             if not access:
                 break  # (one at a time: the others' rates tell whether it paid)
@@ -2071,7 +2071,7 @@ class DownloadEngine:
         for f, _, kind, why in sorted(looked, key=lambda x: -x[1]):
             if self._trials_barred(agg) or not self._may_add_streams(f):
                 continue
-            self._start_trial(f, 2.0, kind, now, {}, {}, {}, reason=why,
+            self._start_trial(f, 2.0, kind, now, {}, {}, {}, bool(access), reason=why,
                               path_Bps=paths.get(f.id))
             if not access:
                 break
@@ -2148,7 +2148,7 @@ class DownloadEngine:
 
     def _start_trial(
         self, f: Flow, key: float, kind: str, now: float, losses: dict[str, float],
-        idles: dict[str, float], clumps: dict[str, float],
+        idles: dict[str, float], clumps: dict[str, float], access_known: bool,
         reason: str = "", path_Bps: float | None = None,
     ) -> None:
         """Lock held: more connections to ``f``'s mirror, on probation (``reason``:
@@ -2216,11 +2216,7 @@ class DownloadEngine:
         self._stream_trials[mirror] = StreamTrial(
             mirror, started, now, before,
             {g.id: g.stats.received for g in self.flows.values()},
-            # (the others' rates are checked with the access link known too: a link
-            # upstream can be shared, and a gain taken from a mirror behind it is
-            # none. Lab, two mirrors behind one 15 Mbit/s link, access 1 Gbit/s:
-            # one of them 3.1 -> 11.2 Mbit/s with one more connection, kept)
-            connections=have, others_Bps=others, check_others=True,
+            connections=have, others_Bps=others, check_others=not access_known,
             path_Bps=path_Bps,
         )
         self._lock.notify_all()
@@ -2332,7 +2328,7 @@ class DownloadEngine:
         for g in flows:
             g.round_Bps = rates[g.id]
         f = max(ready, key=lambda g: g.lane.owned_end - g.lane.reserved)  # type: ignore[union-attr]
-        self._start_trial(f, 3.0, "scaled", now, {}, {}, {},
+        self._start_trial(f, 3.0, "scaled", now, {}, {}, {}, bool(self.cfg.access_bps),
                           reason=reason)
 
     def _judge_trial(self, trial: StreamTrial, now: float, clear_only: bool = False) -> None:

@@ -21,9 +21,8 @@ So the engine tries: when a running flow's data connection sees segments arrivin
 out of order (the receiver's view of loss) or sits idle between bursts, another
 connection to that mirror (more than one at once when the flow is idle most of the
 time) takes part of the flow's range. Once it has run past its start, the mirror's
-flows together must carry more than before (``needed_gain``), and not at the
-other mirrors' expense (a full access link, or a link upstream that mirrors
-share, gives one what it takes from the others); otherwise the
+flows together must carry more than before (``needed_gain``), and, when the
+client's access link is unknown, not at the other mirrors' expense; otherwise the
 extra connections finish their ranges and take no more work, and that mirror gets
 no other. These are the pure parts of that decision; the engine
 (engine._try_stream, _judge_stream) holds the state.
@@ -77,7 +76,7 @@ class StreamTrial:
     received: dict[str, int]  # bytes each flow (this mirror's and others') had then
     connections: int  # the mirror's connections before the trial
     others_Bps: float = 0.0  # the other mirrors' flows' rate over that round
-    check_others: bool = False  # the gain must not be the other mirrors' loss
+    check_others: bool = False  # access link unknown: the gain must not be theirs
     path_Bps: float | None = None  # the path's rate read inside bursts (burst_path_rate)
 
 
@@ -480,9 +479,9 @@ def gained(before_Bps: float, after_Bps: float, gain: float) -> bool:
 def others_kept(
     others_before_Bps: float, others_after_Bps: float, mirror_gain_Bps: float
 ) -> bool:
-    """A mirror's gain may only be a larger share of a link it shares with other
-    mirrors (the access link, or one upstream), taken from them: kept only if they
-    lost less than half of what it gained."""
+    """With the access link unknown, a mirror's gain may only be a larger share of
+    a full access link, taken from the other mirrors: kept only if they lost less
+    than half of what it gained."""
     return others_before_Bps - others_after_Bps < 0.5 * mirror_gain_Bps
 
 
