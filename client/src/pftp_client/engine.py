@@ -3222,8 +3222,8 @@ class DownloadEngine:
                     self._lock.notify_all()
         flow.rate.add(m, now)
         # (all flows together by when their bytes came: a head start's reach the engine
-        # at once when it starts, 0.1-0.2 s of every flow's data in one step, and a
-        # parking's rate before then read 31-35 Mbit/s behind two 15 Mbit/s links)
+        # at once when it starts, 0.05-0.15 s of every flow's data in one step, and a
+        # parking's rate before then read 32-35 Mbit/s behind two 15 Mbit/s links)
         arrived = arrival_ns / 1e9
         self._aggregate.add(
             m, arrived if self._clock is time.monotonic
