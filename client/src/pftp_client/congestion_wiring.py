@@ -331,6 +331,14 @@ class CongestionSession:
                 "earlier set left on that link (one drop per link)"
             )
             return
+        if not event.dropped:
+            self.say(
+                f"shared congested link: {', '.join(event.mirrors)} "
+                f"({event.source}, confidence {event.confidence:.2f}, {event.packets} "
+                "packets); nothing dropped: no backup is left to take a place, and the "
+                "flows share the link's rate"
+            )
+            return
         self.say(
             f"shared congested link: {', '.join(event.mirrors)} "
             f"({event.source}, confidence {event.confidence:.2f}, {event.packets} packets); "

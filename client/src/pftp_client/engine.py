@@ -190,6 +190,14 @@ class EngineConfig:
     # rate (a probation's worth): it could not be judged, and its cut would be the
     # end's (drop_flows).
     park_min_left_s: float = 2.5
+    # Park a flow found sharing a congested link other than the access link when no
+    # backup is left to take its place (False: both keep working and share the
+    # link). Parked, the flow left must grow into the freed share, and senders are
+    # slow to: a CUBIC window grows by wall-clock time, and BBR in the lab (no
+    # propagation delay) kept pacing at the rate it measured while sharing. Two
+    # groups of two mirrors behind two 15 Mbit/s links, 4 runs each: kept 1.027x
+    # (FTP) and 1.045x (HTTP), parked 1.057x and 1.084x (session 35).
+    park_shared_without_backup: bool = False
     # Dynamic mode with access_bps known: one flow over the whole file first, the
     # others connected and standing by until it shows it cannot fill the link.
     lead_start: bool = True
@@ -873,9 +881,10 @@ class DownloadEngine:
         as many to backup (passive) mirrors; remainders move to the pool.
 
         For congestion, a flow is replaced by a backup when one is left. Otherwise
-        it is parked (``_park``): its remainder goes to the flows left, its
-        connection idles, and it resumes if those then carry clearly less than all
-        did (the verdict was wrong) or if a working flow fails. While the flows
+        it keeps working, sharing the link (with ``park_shared_without_backup`` it is
+        parked, ``_park``: its remainder goes to the flows left, its connection
+        idles, and it resumes if those then carry clearly less than all did, the
+        verdict was wrong, or if a working flow fails). While the flows
         together fill the client's access link, that link is the shared one: every
         path crosses it, a backup's too, so the flow is parked without a backup and
         not reported as congested (its mirror's path is not to blame); one such
@@ -952,7 +961,11 @@ class DownloadEngine:
                     continue
                 if reason == "congested":
                     if spare == 0:
-                        if self._park(flow):
+                        if not self.cfg.park_shared_without_backup:
+                            self._log(f"{fid}: shares a congested link; kept: no backup is "
+                                      "left to take its place, and the flows on that link "
+                                      "share its rate")
+                        elif self._park(flow):
                             self._wind_down_streams(fid)
                             dropped.append(fid)
                         continue

@@ -585,10 +585,34 @@ def test_congestion_hook_drops_flow_and_backup_takes_over(
     assert DownloadReport.model_validate(coord.reports[0]).mirrors[1].congested
 
 
-def test_congestion_drop_without_a_backup_parks_the_flow(
+def test_congestion_drop_without_a_backup_keeps_the_flow(tmp_path, ftp_mirrors):
+    """By default a flow named by the detector with no backup to take its place keeps
+    working: both flows share the link (a flow left alone is slow to grow into a
+    parked one's share, EngineConfig.park_shared_without_backup). Nothing is parked
+    and no mirror is marked congested; both serve their part of the file."""
+    data = os.urandom(4 * 1024 * 1024 + 3)
+    m = ftp_mirrors({"f.bin": data}, 2, throttle={0: 1024 * 1024, 1: 1024 * 1024})
+    factory, made = stand_in(DropAfter, f"ftp://127.0.0.1:{m[1].port}", 1, True)
+    s = download(
+        None,
+        mirrors=[x.url("f.bin") for x in m],
+        output=tmp_path / "f.bin",
+        config=FAST,
+        access_bandwidth_bps=None,
+        detector_factory=factory,
+        cross_check=False,
+    )
+    _assert_clean(tmp_path / "f.bin", data)
+    assert made[0].dropped == [], "the engine parked or dropped the flow"
+    assert not [e for e in s.events if e.kind in ("congested", "parked", "resumed")]
+    assert all(x.state == "done" and x.bytes > 1024 * 1024 for x in s.mirrors), s.mirrors
+
+
+def test_congestion_drop_without_a_backup_parks_the_flow_when_configured(
     tmp_path, ftp_mirrors, canned_coordinator
 ):
-    """With no backup to take its place, a flow named by the detector is parked: its
+    """With park_shared_without_backup and no backup to take its place, a flow named
+    by the detector is parked: its
     remainder goes to the flow left (here the faster one, so the aggregate holds and
     it stays parked); the mirror is reported congested and in state "parked".
     (park_hold 0.4: throttled pyftpdlib sends once a second, so a 2 s window holds
@@ -602,7 +626,7 @@ def test_congestion_drop_without_a_backup_parks_the_flow(
         "f.bin",
         coordinator=coord.url,
         output=tmp_path / "f.bin",
-        config=dataclasses.replace(FAST, park_hold=0.4),
+        config=dataclasses.replace(FAST, park_hold=0.4, park_shared_without_backup=True),
         access_bandwidth_bps=None,
         detector_factory=factory,
     )
@@ -625,7 +649,7 @@ def _second_mirror_named(tmp_path, m, config):
         None,
         mirrors=[x.url("f.bin") for x in m],
         output=tmp_path / "f.bin",
-        config=config,
+        config=dataclasses.replace(config, park_shared_without_backup=True),
         access_bandwidth_bps=None,
         detector_factory=factory,
         # (a spot check's RETR makes pyftpdlib push what the socket takes before the
@@ -674,7 +698,7 @@ def test_a_wrong_parking_is_undone_within_a_second(tmp_path, start_nginx):
         None,
         mirrors=[m.url("f.bin", prefix="slow/") for m in (first, second)],
         output=tmp_path / "f.bin",
-        config=FAST,
+        config=dataclasses.replace(FAST, park_shared_without_backup=True),
         access_bandwidth_bps=None,
         detector_factory=factory,
     )
@@ -731,7 +755,8 @@ def test_two_parkings_in_turn_are_judged_on_the_flows_left_alone(tmp_path, start
         output=tmp_path / "f.bin",
         # (one connection per mirror and no slow-server cut: the parked flows keep
         # their lanes until the verdicts)
-        config=dataclasses.replace(FAST, max_streams=1, slow_ratio=1e-4),
+        config=dataclasses.replace(FAST, max_streams=1, slow_ratio=1e-4,
+                                   park_shared_without_backup=True),
         access_bandwidth_bps=None,
         detector_factory=factory,
         cross_check=False,
@@ -827,7 +852,8 @@ def test_a_parking_renews_the_kept_flows_connection_before_it_is_undone(
         output=tmp_path / "f.bin",
         # (one connection per mirror, no slow-server cut, no head start: the kept
         # flow's first connection is the tired one until the verdict)
-        config=dataclasses.replace(FAST, max_streams=1, slow_ratio=1e-4),
+        config=dataclasses.replace(FAST, max_streams=1, slow_ratio=1e-4,
+                                   park_shared_without_backup=True),
         access_bandwidth_bps=None,
         detector_factory=factory,
         cross_check=False,
