@@ -23,12 +23,17 @@ def paced_dtp(bytes_per_s: int, burst: int = 32 * 1024) -> type[ThrottledDTPHand
         # (pyftpdlib may close a channel before ThrottledDTPHandler.__init__ set it)
         _throttler = None
 
+        def _due(self, started: float, sent: int, max_speed: int) -> float:
+            """When the connection is back on its schedule having sent ``sent``
+            bytes since ``started`` (a subclass may pace differently)."""
+            return started + sent / max_speed
+
         def _throttle_bandwidth(self, len_chunk: int, max_speed: int) -> None:
             now = time.monotonic()
             if self._started is None:
                 self._started = now
             self._datacount += len_chunk
-            sleep_s = self._started + self._datacount / max_speed - now
+            sleep_s = self._due(self._started, self._datacount, max_speed) - now
             if sleep_s <= 0.001:
                 return
 

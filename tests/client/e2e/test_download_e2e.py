@@ -710,6 +710,31 @@ def test_a_wrong_parking_is_undone_within_a_second(tmp_path, start_nginx):
     assert resumed.at_s - congested.at_s < 1.4, (congested, resumed)
 
 
+def _parked_download(tmp_path, urls, factory):
+    """Mirror-only download of f.bin with parking on (park_shared_without_backup),
+    one connection per mirror and no slow-server cut: a parked flow keeps its lane
+    until the verdict, and a kept flow's first connection until it is renewed."""
+    return download(
+        None,
+        mirrors=urls,
+        output=tmp_path / "f.bin",
+        config=dataclasses.replace(FAST, max_streams=1, slow_ratio=1e-4,
+                                   park_shared_without_backup=True),
+        access_bandwidth_bps=None,
+        detector_factory=factory,
+        cross_check=False,
+    )
+
+
+def _parkings_held(s, parked: list[str]) -> None:
+    """Each of ``parked`` was parked, is still, and no parking was undone."""
+    kinds = [(e.kind, e.mirror) for e in s.events]
+    assert all(("congested", name) in kinds for name in parked), kinds
+    assert not [e for e in s.events if e.kind == "resumed"], s.events
+    by = {x.name: x for x in s.mirrors}
+    assert all(by[name].state == "parked" for name in parked)
+
+
 class ParksTwoInTurn:
     """A stand-in detector for two groups of mirrors behind two congested links: it
     names ``first`` once ``after_s`` have passed since it was attached, and
@@ -748,26 +773,15 @@ def test_two_parkings_in_turn_are_judged_on_the_flows_left_alone(tmp_path, start
     servers += [start_nginx(root=servers[0].root, slow_rate="2m") for _ in range(3)]
     names = [f"http://127.0.0.1:{x.port}" for x in servers]
     factory, made = stand_in(ParksTwoInTurn, names[2], names[3], 2.3, 0.3)
-    s = download(
-        None,
-        mirrors=[x.url("f.bin", prefix=p) for x, p in
-                 zip(servers, ["slow/", "slow/", "fastfirst/", "fastfirst/"], strict=True)],
-        output=tmp_path / "f.bin",
-        # (one connection per mirror and no slow-server cut: the parked flows keep
-        # their lanes until the verdicts)
-        config=dataclasses.replace(FAST, max_streams=1, slow_ratio=1e-4,
-                                   park_shared_without_backup=True),
-        access_bandwidth_bps=None,
-        detector_factory=factory,
-        cross_check=False,
+    s = _parked_download(
+        tmp_path,
+        [x.url("f.bin", prefix=p) for x, p in
+         zip(servers, ["slow/", "slow/", "fastfirst/", "fastfirst/"], strict=True)],
+        factory,
     )
     _assert_clean(tmp_path / "f.bin", data)
     assert made[0].dropped == [names[2], names[3]]
-    kinds = [(e.kind, e.mirror) for e in s.events]
-    assert ("congested", names[2]) in kinds and ("congested", names[3]) in kinds
-    assert not [e for e in s.events if e.kind == "resumed"], s.events
-    by = {x.name: x for x in s.mirrors}
-    assert by[names[2]].state == "parked" and by[names[3]].state == "parked"
+    _parkings_held(s, [names[2], names[3]])
 
 
 class ParksOneKeepsOne:
@@ -806,28 +820,14 @@ def _tired_first_dtp(fast: int, fast_s: float, slow: int) -> type:
     class TiredFirst(paced_dtp(fast)):
         _tired: bool | None = None
 
-        def _throttle_bandwidth(self, len_chunk: int, max_speed: int) -> None:
-            now = time.monotonic()
-            if self._started is None:
-                self._started = now
+        def _due(self, started: float, sent: int, max_speed: int) -> float:
+            if self._tired is None:
                 opened[0] += 1
                 self._tired = opened[0] == 1
-            self._datacount += len_chunk
             fast_bytes = fast * fast_s
-            if self._tired and self._datacount > fast_bytes:
-                due = self._started + fast_s + (self._datacount - fast_bytes) / slow
-            else:
-                due = self._started + self._datacount / fast
-            if due - now <= 0.001:
-                return
-
-            def wake() -> None:
-                self.add_channel(events=self.ioloop.WRITE)
-
-            self.del_channel()
-            self._cancel_throttler()
-            self._throttler = self.ioloop.call_later(due - now, wake,
-                                                     _errback=self.handle_error)
+            if self._tired and sent > fast_bytes:
+                return started + fast_s + (sent - fast_bytes) / slow
+            return started + sent / max_speed
 
     return TiredFirst
 
@@ -846,26 +846,11 @@ def test_a_parking_renews_the_kept_flows_connection_before_it_is_undone(
                     dtp_for={0: _tired_first_dtp(3 * 1024 * 1024, 1.0, 32 * 1024)})
     kept, parked = (f"ftp://127.0.0.1:{x.port}" for x in m)
     factory, made = stand_in(ParksOneKeepsOne, kept, parked, 1.6)
-    s = download(
-        None,
-        mirrors=[x.url("f.bin") for x in m],
-        output=tmp_path / "f.bin",
-        # (one connection per mirror, no slow-server cut, no head start: the kept
-        # flow's first connection is the tired one until the verdict)
-        config=dataclasses.replace(FAST, max_streams=1, slow_ratio=1e-4,
-                                   park_shared_without_backup=True),
-        access_bandwidth_bps=None,
-        detector_factory=factory,
-        cross_check=False,
-    )
+    s = _parked_download(tmp_path, [x.url("f.bin") for x in m], factory)
     _assert_clean(tmp_path / "f.bin", data)
     assert made[0].dropped == [parked]
-    kinds = [(e.kind, e.mirror) for e in s.events]
-    assert ("congested", parked) in kinds
-    assert not [e for e in s.events if e.kind == "resumed"], s.events
-    by = {x.name: x for x in s.mirrors}
-    assert by[parked].state == "parked"
-    assert by[kept].bytes > 12 * 1024 * 1024
+    _parkings_held(s, [parked])
+    assert next(x for x in s.mirrors if x.name == kept).bytes > 12 * 1024 * 1024
 
 
 def test_parked_flow_takes_over_when_the_other_fails(tmp_path, ftp_mirrors):
