@@ -739,7 +739,6 @@ def _http_post(
     http.client would cost ~15 ms of imports here, on the way to the plan. Only
     for a plain http:// URL (plain_url_parts); raises ValueError for any other,
     or for a reply it does not understand, OSError for the network."""
-    import socket
 
     from pftp_client.plain_url import plain_url_parts
 
@@ -752,7 +751,9 @@ def _http_post(
         "Content-Type: application/json\r\nAccept: application/json\r\n"
         f"User-Agent: pftp-client\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode("ascii") + body
-    with socket.create_connection((host.encode(), port or 80), timeout=timeout) as sock:
+    from pftp_client.transports.connect import connect
+
+    with connect(host.encode(), port or 80, timeout) as sock:
         sock.sendall(request)
         if sent is not None:
             sent.set()

@@ -55,6 +55,7 @@ from pftp_client.transports.base import (
     TransientError,
     Vet,
 )
+from pftp_client.transports.connect import connect
 from pftp_client.transports.window import (
     committed_bytes,
     out_of_order_counts,
@@ -1077,7 +1078,8 @@ class FtpFetcher:
                 # An ASCII name as bytes: getaddrinfo would load the idna codec
                 # (~2 ms, on the way to the first connect) to encode it as itself.
                 host = t.host.encode() if t.host.isascii() else t.host
-                sock = socket.create_connection((host, t.port), timeout=self.timeout)
+                # (every address of the name, staggered: connect.py)
+                sock = connect(host, t.port, self.timeout)
             except TimeoutError as exc:
                 raise TransientError(f"{self._where()}: connect timed out") from exc
             except OSError as exc:

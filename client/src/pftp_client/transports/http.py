@@ -15,8 +15,11 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
+import httpcore
 import httpx
 from pftp_client.transports.base import (
     WAITED_NS,
@@ -33,6 +36,7 @@ from pftp_client.transports.base import (
     Vet,
     shown,
 )
+from pftp_client.transports.connect import connect
 from pftp_client.transports.http_head import (
     AHEAD_BUFFER_BYTES,
     AheadReader,
@@ -48,6 +52,52 @@ __all__ = ["HttpFetcher", "parse_content_range", "status_error"]
 # connection warmed by keep_spare counts as ready for _WARM_FOR_S of it.
 _KEEPALIVE_EXPIRY_S = 5.0
 _WARM_FOR_S = 4.0
+
+
+class _StaggeredBackend(httpcore.SyncBackend):
+    """httpcore's blocking network backend, its TCP connections made as
+    connect.connect makes them: every address of the name, staggered (httpcore
+    tries them one after the other, each for the whole connect timeout)."""
+
+    def connect_tcp(
+        self, host: str, port: int, timeout: float | None = None,
+        local_address: str | None = None, socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        if local_address is not None:
+            return super().connect_tcp(host, port, timeout, local_address, socket_options)
+        from httpcore._backends.sync import SyncStream
+
+        try:
+            sock = connect(host, port, timeout if timeout is not None else _NO_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise httpcore.ConnectTimeout(str(exc)) from exc
+        except OSError as exc:
+            raise httpcore.ConnectError(str(exc)) from exc
+        if timeout is None:
+            sock.settimeout(None)
+        for option in socket_options or ():
+            sock.setsockopt(*option)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return SyncStream(sock)
+
+
+_NO_TIMEOUT_S = 86400.0
+
+
+def _transport(verify: ssl.SSLContext | str | bool, limits: httpx.Limits) -> httpx.HTTPTransport:
+    """httpx's transport with the staggered connections (_StaggeredBackend). Its
+    pool takes a backend only when built, and httpx builds it with the default
+    one: the pool is replaced by one built as httpx builds it (0.28), with ours."""
+    context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify)
+    transport = httpx.HTTPTransport(verify=context, limits=limits)
+    transport._pool = httpcore.ConnectionPool(
+        ssl_context=context,
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        network_backend=_StaggeredBackend(),
+    )
+    return transport
 
 # Statuses where trying the same mirror again later may work.
 _TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504, 507, 509})
@@ -92,14 +142,14 @@ class HttpFetcher:
             # http:// too, loading the CA bundle each time: ~35 ms of CPU under the
             # GIL, for each of up to 8 connections per mirror)
             verify = tls_context()
+        limits = httpx.Limits(keepalive_expiry=_KEEPALIVE_EXPIRY_S)
         self._client = httpx.Client(
             follow_redirects=True,
             max_redirects=max_redirects,
-            verify=verify,
+            transport=_transport(verify, limits),
             timeout=httpx.Timeout(timeout, read=stall_timeout),
             # Ranges count bytes of the stored file, not of a compressed rendering.
             headers={"Accept-Encoding": "identity", "User-Agent": "pftp-client"},
-            limits=httpx.Limits(keepalive_expiry=_KEEPALIVE_EXPIRY_S),
         )
         self._validator: str | None = None  # strong ETag or Last-Modified, sent as If-Range
         # Told the validator before the first byte is handed over (FtpFetcher.vet).

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import os
 import queue
-import select
 import socket
 import threading
 import time
 from urllib.parse import urljoin, urlsplit
 
 from pftp_client.transports.base import RangeNotHonoured
+from pftp_client.transports.connect import connect
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: ~2 ms sooner)
 if TYPE_CHECKING:
@@ -304,42 +304,22 @@ class HeadGet(AheadReader):
                 conn.close()
 
     def _connect(self, host: str, port: int, tls: bool) -> socket.socket:
-        """A TCP connection, its handshake overlapping the import of http.client
-        (and for TLS, the loading of its trust: tls_context)."""
-        deadline = time.monotonic() + self.timeout
-        last: OSError | None = None
-        for family, kind, proto, _name, addr in socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM
-        ):
-            sock = socket.socket(family, kind, proto)
-            try:
-                sock.setblocking(False)
-                err = sock.connect_ex(addr)
-                if err not in (0, 115, 36):  # (EINPROGRESS: 115 Linux, 36 BSD)
-                    raise OSError(err, os.strerror(err))
-                import http.client  # noqa: F401 - loaded while the SYN travels
+        """A TCP connection (the host's addresses tried as connect.connect does),
+        its handshake overlapping the import of http.client (and for TLS, the
+        loading of its trust: tls_context)."""
 
-                if tls:
-                    tls_context()
+        def meanwhile() -> None:
+            import http.client  # noqa: F401 - loaded while the SYN travels
 
-                left = max(0.0, deadline - time.monotonic())
-                _, writable, _ = select.select([], [sock], [], left)
-                if not writable:
-                    raise TimeoutError(f"connect to {host}:{port} timed out")
-                err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                if err:
-                    raise OSError(err, os.strerror(err))
-                sock.setblocking(True)
-                sock.settimeout(self.timeout)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                from pftp_client.transports.window import smoothed_rtt
+            if tls:
+                tls_context()
 
-                self._handshake_s = smoothed_rtt(sock) or 0.0  # (the SYN's round trip)
-                return sock
-            except OSError as exc:
-                sock.close()
-                last = exc
-        raise last or OSError(f"no address for {host}")
+        sock = connect(host, port, self.timeout, started=meanwhile)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        from pftp_client.transports.window import smoothed_rtt
+
+        self._handshake_s = smoothed_rtt(sock) or 0.0  # (the SYN's round trip)
+        return sock
 
     def _head(self, conn: http.client.HTTPConnection, path: str) -> int:
         conn.request("HEAD", path, headers=_HEADERS)
