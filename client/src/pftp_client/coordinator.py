@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from pftp_client.plan import Plan, PlanError, plan_from_assignments
 
 if TYPE_CHECKING:  # http.client/ssl are imported where used: not on a --mirror download
+    import socket
     import ssl
 
     from pftp_wire.plain import AssignmentRequest, DownloadReport, ReportAck
@@ -75,6 +76,13 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
+def _staggered(address: tuple[str, int], timeout: float, *_source: object) -> socket.socket:
+    """http.client's connection maker, as transports.connect.connect."""
+    from pftp_client.transports.connect import connect
+
+    return connect(address[0], address[1], timeout)
+
+
 def _post(url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
     """One POST of a JSON body; (status, response body). Proxy variables in the
     environment are not consulted (the coordinator is on the campus network).
@@ -95,6 +103,9 @@ def _post(url: str, body: bytes, timeout: float) -> tuple[int, bytes]:
         )
     else:
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    # (every address of the coordinator's name, staggered: transports/connect.py;
+    # http.client tries them one after the other, each for the whole timeout)
+    conn._create_connection = _staggered  # type: ignore[attr-defined]
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
         conn.request(

@@ -204,3 +204,57 @@ def test_a_download_from_a_name_whose_first_address_is_dead(
     assert out.read_bytes() == data
     # (each connection to the dead address would have waited 30 s)
     assert took < 15.0, (took, proc.stderr[-2000:])
+
+
+def test_the_coordinator_is_reached_past_a_dead_first_address(tmp_path: Path) -> None:
+    """The coordinator's name with a dead first address: both ways the client
+    POSTs to it (coordinator._post: http.client; early._http_post: a plain socket
+    on the way to the plan) get through on the other address within a stagger."""
+    import http.server
+    import threading
+
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.2 coord.test\n127.0.0.1 coord.test\n")
+    dead, good = _resolved_in(hosts, "coord.test")
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            reply = json.dumps({"echo": body.decode()}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = http.server.ThreadingHTTPServer((good, 0), Answer)
+    port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    hole = _BlackHole(dead, port)
+    try:
+        code = (
+            "import json, sys, time\n"
+            "from pftp_client.coordinator import _post\n"
+            "from pftp_client.early import _http_post\n"
+            f"url = 'http://coord.test:{port}/api/v1/assignments'\n"
+            "out = []\n"
+            "for post in (_post, _http_post):\n"
+            "    t = time.monotonic()\n"
+            "    status, body = post(url, b'{\"a\": 1}', 20.0)\n"
+            "    out.append([status, json.loads(body)['echo'], time.monotonic() - t])\n"
+            "print(json.dumps(out))\n"
+        )
+        proc = subprocess.run(_in_hosts(hosts, [sys.executable, "-c", code]),
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        hole.close()
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for status, echo, took in json.loads(proc.stdout):
+        assert (status, echo) == (200, '{"a": 1}')
+        assert took < 5.0  # (20 s: the dead address's whole timeout)
