@@ -20,10 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pftp_client.transports import connect as connect_module
 from pftp_client.transports.connect import (
     STAGGER_S,
     connect_addresses,
     interleave,
+    resolve,
     worked_first,
 )
 
@@ -104,6 +106,17 @@ def test_the_address_that_worked_is_tried_first_next_time() -> None:
     assert worked_first([a, b, c], ("192.0.2.3", 80)) == [c, a, b]
     assert worked_first([a, b, c], None) == [a, b, c]
     assert worked_first([a, b, c], ("198.51.100.1", 80)) == [a, b, c]  # (no longer listed)
+
+
+def test_a_names_addresses_are_kept_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    port = _refused_port()
+    first = resolve("localhost", port)
+    assert first and all(i[4][1] == port for i in first)
+    assert resolve("localhost", port) is first  # (no second lookup)
+    assert resolve(b"localhost", port) == first  # (bytes: its own entry)
+    monkeypatch.setattr(connect_module, "RESOLVED_FOR_S", 0.0)
+    again = resolve("localhost", port)
+    assert again == first and again is not first  # (expired: asked again)
 
 
 def test_a_dead_first_address_costs_one_stagger_not_the_timeout(

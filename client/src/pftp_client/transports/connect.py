@@ -51,14 +51,33 @@ def connect(
     trying its addresses as ``connect_addresses`` does. Raises TimeoutError when
     none connected within ``timeout``, or the last attempt's OSError when all
     failed (socket.gaierror when the name does not resolve)."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     shown = host.decode() if isinstance(host, bytes) else host
     key = (shown, port)
+    infos = resolve(host, port)
     sock = connect_addresses(worked_first(interleave(infos), _WORKED.get(key)), timeout,
                              stagger_s=stagger_s, started=started, name=f"{shown}:{port}")
     with contextlib.suppress(OSError):  # (a peer gone at once: nothing to remember)
         _WORKED[key] = sock.getpeername()
     return sock
+
+
+# How long a name's addresses are reused without asking the resolver again: a
+# download's later connections to a mirror (spares, extra streams, reconnects)
+# skip the lookup, as browsers keep a name for a minute.
+RESOLVED_FOR_S = 60.0
+_RESOLVED: dict[tuple[str | bytes, int], tuple[float, list[AddrInfo]]] = {}
+
+
+def resolve(host: str | bytes, port: int) -> list[AddrInfo]:
+    """socket.getaddrinfo's TCP addresses for ``host``:``port``, kept for
+    RESOLVED_FOR_S (a failed lookup is not kept)."""
+    now = time.monotonic()
+    kept = _RESOLVED.get((host, port))
+    if kept is not None and now - kept[0] < RESOLVED_FOR_S:
+        return kept[1]
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    _RESOLVED[(host, port)] = (now, infos)
+    return infos
 
 
 # (name, port) -> the address a connection to it last got through to: tried first
