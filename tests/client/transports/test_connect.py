@@ -9,15 +9,20 @@ namespace (``unshare --mount``), for the CLI run in it.
 from __future__ import annotations
 
 import hashlib
+import http.client
+import http.server
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
+from urllib.parse import urlsplit
 
 import pytest
 from pftp_client.transports import connect as connect_module
@@ -223,9 +228,6 @@ def test_the_coordinator_is_reached_past_a_dead_first_address(tmp_path: Path) ->
     """The coordinator's name with a dead first address: both ways the client
     POSTs to it (coordinator._post: http.client; early._http_post: a plain socket
     on the way to the plan) get through on the other address within a stagger."""
-    import http.server
-    import threading
-
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.2 coord.test\n127.0.0.1 coord.test\n")
     dead, good = _resolved_in(hosts, "coord.test")
@@ -271,3 +273,69 @@ def test_the_coordinator_is_reached_past_a_dead_first_address(tmp_path: Path) ->
     for status, echo, took in json.loads(proc.stdout):
         assert (status, echo) == (200, '{"a": 1}')
         assert took < 5.0  # (20 s: the dead address's whole timeout)
+
+
+class _ForwardProxy(http.server.BaseHTTPRequestHandler):
+    """A plain HTTP forward proxy: relays GET/HEAD for an absolute URI to its
+    origin, Range included, and notes what it relayed."""
+
+    seen: ClassVar[list[tuple[str, str, str | None]]] = []
+
+    def _relay(self, method: str) -> None:
+        url = urlsplit(self.path)
+        _ForwardProxy.seen.append((method, self.path, self.headers.get("Range")))
+        upstream = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+        hop = {"connection", "keep-alive", "proxy-connection", "transfer-encoding"}
+        upstream.request(method, url.path,
+                         headers={k: v for k, v in self.headers.items() if k.lower() not in hop})
+        resp = upstream.getresponse()
+        self.send_response(resp.status)
+        for key, value in resp.getheaders():
+            if key.lower() not in hop:
+                self.send_header(key, value)
+        self.end_headers()
+        try:
+            while method != "HEAD" and (chunk := resp.read(65536)):
+                self.wfile.write(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            return  # (the client cut its range short: a fetch that ended early)
+        finally:
+            upstream.close()
+
+    def do_GET(self) -> None:
+        self._relay("GET")
+
+    def do_HEAD(self) -> None:
+        self._relay("HEAD")
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+def test_a_proxy_from_the_environment_is_still_used(tmp_path: Path, start_nginx) -> None:
+    """With http_proxy set, the HTTP fetcher keeps httpx's own transport (which
+    reads it), not the staggered one: every request goes through the proxy."""
+    server = start_nginx()
+    data = os.urandom(2_000_000 + 5)
+    server.put("f.bin", data)
+    _ForwardProxy.seen = []
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ForwardProxy)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        out = tmp_path / "out.bin"
+        env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+        env.update(http_proxy=f"http://127.0.0.1:{proxy.server_address[1]}",
+                   XDG_CACHE_HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path))
+        proc = subprocess.run(
+            [sys.executable, "-m", "pftp_client.cli", "get", "--mirror", server.url("f.bin"),
+             "--no-discovery", "--sha256", hashlib.sha256(data).hexdigest(), "-o", str(out),
+             "--quiet", "--json"], capture_output=True, text=True, timeout=120, env=env)
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["sha256_verified"] is True
+    assert out.read_bytes() == data
+    gets = [s for s in _ForwardProxy.seen if s[0] == "GET" and s[1] == server.url("f.bin")]
+    assert gets, _ForwardProxy.seen  # (the file's bytes came through the proxy)

@@ -10,6 +10,7 @@ answers 200) and by the total in ``Content-Range``.
 from __future__ import annotations
 
 import http.client
+import os
 import queue
 import socket
 import ssl
@@ -84,6 +85,16 @@ class _StaggeredBackend(httpcore.SyncBackend):
 _NO_TIMEOUT_S = 86400.0
 
 
+def _env_proxied() -> bool:
+    """Is a proxy set in the environment (httpx's trust_env reads these)? Then
+    httpx connects as it does, through it."""
+    return any(os.environ.get(name) for name in _PROXY_ENV)
+
+
+_PROXY_ENV = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy",
+              "ALL_PROXY")
+
+
 def _transport(verify: ssl.SSLContext | str | bool, limits: httpx.Limits) -> httpx.HTTPTransport:
     """httpx's transport with the staggered connections (_StaggeredBackend). Its
     pool takes a backend only when built, and httpx builds it with the default
@@ -146,7 +157,10 @@ class HttpFetcher:
         self._client = httpx.Client(
             follow_redirects=True,
             max_redirects=max_redirects,
-            transport=_transport(verify, limits),
+            # (httpx reads proxies from the environment only for its own transport)
+            **({} if _env_proxied() else {"transport": _transport(verify, limits)}),
+            verify=verify,
+            limits=limits,
             timeout=httpx.Timeout(timeout, read=stall_timeout),
             # Ranges count bytes of the stored file, not of a compressed rendering.
             headers={"Accept-Encoding": "identity", "User-Agent": "pftp-client"},
