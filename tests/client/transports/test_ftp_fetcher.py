@@ -20,7 +20,7 @@ from pftp_client.transports.base import (
     TransferError,
     TransientError,
 )
-from pftp_client.transports.ftp import FtpFetcher
+from pftp_client.transports.ftp import KEEPALIVE_S, FtpFetcher
 from pyftpdlib.handlers import FTPHandler, ThrottledDTPHandler
 from pyftpdlib.handlers.ftp.dispatchers import PassiveDTP
 
@@ -618,6 +618,23 @@ def test_absolute_and_encoded_paths(pyftpd_server) -> None:
         assert fetch(f, 1, 1000) == data[1:]
     with fetcher(pyftpd_server.url("%2Fa%20dir/f%20%231.bin;type=i")) as f:
         assert fetch(f, 0, 10) == data[:10]
+
+
+def test_the_control_connection_keeps_its_flow_alive(vsftpd_server) -> None:
+    """A control connection is silent while its transfer runs: TCP keepalive
+    probes after KEEPALIVE_S keep a NAT gateway's or firewall's entry for it, so
+    the transfer's final reply still arrives after a long range."""
+    import socket
+
+    data = payload(100_000)
+    vsftpd_server.put("f.bin", data)
+    with fetcher(vsftpd_server.url("f.bin")) as f:
+        assert fetch(f, 0, len(data)) == data
+        sock = f._ctrl.sock
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == KEEPALIVE_S
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == KEEPALIVE_S
+        assert KEEPALIVE_S <= 120  # (well inside the shortest NAT idle timeouts: 5 min)
 
 
 @pytest.mark.parametrize("kind", ["pyftpd", "vsftpd", "proftpd"])

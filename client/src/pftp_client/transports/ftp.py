@@ -215,6 +215,25 @@ def error_for_reply(what: str, reply: FtpReply) -> TransferError:
 # ------------------------------------------------------------ control channel
 
 
+# TCP keepalive on control connections, after this long idle and then as often
+# (curl's default for every connection). A control connection says nothing while
+# its transfer runs, which takes minutes for a large range, and a NAT gateway or
+# firewall forgets an idle flow (AWS NAT gateways after 350 s, many home routers
+# sooner): the transfer's final reply then never comes, and the fetcher waits out
+# its timeout before it logs in again for the next range.
+KEEPALIVE_S = 60
+
+
+def keep_alive(sock: socket.socket, idle_s: int = KEEPALIVE_S) -> None:
+    """Turn on TCP keepalive probes on ``sock`` after ``idle_s`` of silence, every
+    ``idle_s`` then (where the platform lets the times be set)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name in ("TCP_KEEPIDLE", "TCP_KEEPINTVL"):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, idle_s)
+
+
 class _ControlLost(Exception):
     """The control connection is gone (EOF, reset, 421, no reply in time). Safe to
     reconnect and retry as long as no data of the current range has been delivered.
@@ -1085,6 +1104,7 @@ class FtpFetcher:
             except OSError as exc:
                 raise TransientError(f"{self._where()}: cannot connect: {exc}") from exc
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            keep_alive(sock)
             ctrl = _Control(sock, self.timeout)
             pipelined = self.pipeline
             try:
