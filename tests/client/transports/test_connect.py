@@ -147,6 +147,18 @@ def test_a_refused_address_hands_over_at_once(listener: socket.socket) -> None:
     assert time.monotonic() - t0 < STAGGER_S
 
 
+def test_an_address_this_host_cannot_open_a_socket_for_is_passed_over(
+    listener: socket.socket,
+) -> None:
+    # (a family the kernel does not support, as AF_INET6 where IPv6 is compiled out:
+    # socket() itself fails with EAFNOSUPPORT)
+    unusable = (4095, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("nowhere", 1))
+    with connect_addresses([unusable, _info(listener.getsockname())], 5.0) as sock:
+        assert sock.getpeername() == listener.getsockname()
+    with pytest.raises(OSError, match="not supported"):
+        connect_addresses([unusable], 5.0)
+
+
 def test_every_address_refused_says_so_for_each() -> None:
     ports = [_refused_port(), _refused_port()]
     with pytest.raises(ConnectionRefusedError) as err:

@@ -117,7 +117,11 @@ def connect_addresses(
             now = time.monotonic()
             if todo and (not pending or now >= next_at):
                 family, kind, proto, _canon, addr = todo.pop(0)
-                sock = socket.socket(family, kind, proto)
+                try:
+                    sock = socket.socket(family, kind, proto)
+                except OSError as exc:  # (a family this host cannot use: IPv6 off)
+                    failed.append((addr, exc))
+                    continue
                 sock.setblocking(False)
                 err = sock.connect_ex(addr)
                 if err == 0:
