@@ -124,8 +124,10 @@ def connect_addresses(
                     continue
                 sock.setblocking(False)
                 err = sock.connect_ex(addr)
-                if err == 0:
+                if err == 0:  # (at once: still the caller's work is done, as promised)
                     winner = sock
+                    if started is not None:
+                        started()
                     break
                 if err not in _IN_PROGRESS:
                     sock.close()
