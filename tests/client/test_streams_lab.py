@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -668,6 +669,30 @@ def _run_limited(tmp_path: Path, kind: str, *, http: bool = False,
         return _download(lab, tmp_path, digest, http=http, access=None, extra=extra)
 
 
+def _found_within(tmp_path: Path, within_s: float, evidence: tuple[str, ...], *,
+                  tries: int = 2, **kw: Any) -> dict:
+    """The first of up to ``tries`` downloads from a vsftpd/nginx mirror held as
+    ``kw`` says (_run_limited) whose first extra connection came within
+    ``within_s`` on ``evidence`` (phrases of its reason). The lab's timing varies:
+    in whole CI runs such a limit was found late, on a later reading, twice (one
+    of these tests each, sessions 35 and 36); alone, or beside two CPU hogs, every
+    one of ~20 runs found it in time. The rule has to work, not to win every
+    race; a rule that does not work misses every time."""
+    misses = []
+    for k in range(tries):
+        where = tmp_path / f"try{k}"
+        where.mkdir()
+        summary = _run_limited(where, "vsftpd", **kw)
+        first = [e for e in summary["events"] if e["kind"] == "stream"]
+        print(summary["seconds"], first[:1])
+        if (first and first[0]["at_s"] < within_s
+                and all(phrase in first[0]["detail"] for phrase in evidence)):
+            return summary
+        misses.append(first[:1])
+    pytest.fail(f"no extra connection within {within_s} s for {evidence} in {tries} "
+                f"downloads: {misses}")
+
+
 @pytest.mark.lab
 @pytest.mark.parametrize(("kind", "http"), [("vsftpd", False), ("pure-ftpd", False),
                                             ("vsftpd", True)], ids=["vsftpd", "pure-ftpd",
@@ -699,14 +724,11 @@ def test_a_limit_counted_in_whole_seconds_is_seen_over_a_longer_look(tmp_path: P
     second long pause has ended (it looked only from 4 s on in session 30, and
     waited for a third pause in session 31), and no more once they carry the
     path's rate."""
-    summary = _run_limited(tmp_path, "vsftpd", http=True, link_mbit=40)
-    started, ended = _stream_events(summary)
-    first = [e for e in summary["events"] if e["kind"] == "stream"]
-    print(summary["seconds"], first[:1], ended)
-    assert started and not ended
     # (the second pause ends at the third whole second of the range at the latest)
-    assert first[0]["at_s"] < 2.6
-    assert "pauses of 0.25 s or more" in started[0] and "within a burst" in started[0]
+    summary = _found_within(tmp_path, 2.6, ("pauses of 0.25 s or more", "within a burst"),
+                            http=True, link_mbit=40)
+    started, ended = _stream_events(summary)
+    assert started and not ended
     assert 3 <= len([d for d in started if "pauses of" in d]) <= 5  # 38 of 8 Mbit/s
     assert summary["mirrors"][0]["bytes"] == SIZE
     # one connection cannot carry more than LIMIT: the others did
@@ -720,15 +742,11 @@ def test_a_whole_second_limits_first_pause_is_its_evidence(tmp_path: Path) -> No
     the next second, then the next burst at the link's rate again. That first
     period is the evidence (streams.first_pause), and the mirror gets the
     connections its path takes about a second before a second pause would end."""
-    summary = _run_limited(tmp_path, "vsftpd", http=True, link_mbit=40, limit=1_250_000,
-                           size=24 * 1024 * 1024)
-    started, ended = _stream_events(summary)
-    first = [e for e in summary["events"] if e["kind"] == "stream"]
-    print(summary["seconds"], first[:1], ended)
-    assert started and not ended
-    assert "then nothing for" in started[0] and "then again at" in started[0]
     # (the first pause ends at the range's second whole second at the latest)
-    assert first[0]["at_s"] < 1.7
+    summary = _found_within(tmp_path, 1.7, ("then nothing for", "then again at"), http=True,
+                            link_mbit=40, limit=1_250_000, size=24 * 1024 * 1024)
+    started, ended = _stream_events(summary)
+    assert started and not ended
     assert 2 <= len(started) <= 4  # 38 of 10 Mbit/s: 4 or 5 in all
     # what the report tells the coordinator: the connections kept
     closed = _events(summary, "stream", "not needed")
