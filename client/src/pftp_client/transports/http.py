@@ -110,6 +110,7 @@ def _transport(verify: ssl.SSLContext | str | bool, limits: httpx.Limits) -> htt
     )
     return transport
 
+
 # Statuses where trying the same mirror again later may work.
 _TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504, 507, 509})
 
