@@ -10,7 +10,6 @@ answers 200) and by the total in ``Content-Range``.
 from __future__ import annotations
 
 import http.client
-import os
 import queue
 import socket
 import ssl
@@ -43,6 +42,7 @@ from pftp_client.transports.http_head import (
     AheadReader,
     HeadGet,
     parse_content_range,
+    proxy_in_env,
     strong_validator,
     tls_context,
 )
@@ -83,16 +83,6 @@ class _StaggeredBackend(httpcore.SyncBackend):
 
 
 _NO_TIMEOUT_S = 86400.0
-
-
-def _env_proxied() -> bool:
-    """Is a proxy set in the environment (httpx's trust_env reads these)? Then
-    httpx connects as it does, through it."""
-    return any(os.environ.get(name) for name in _PROXY_ENV)
-
-
-_PROXY_ENV = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy",
-              "ALL_PROXY")
 
 
 def _transport(verify: ssl.SSLContext | str | bool, limits: httpx.Limits) -> httpx.HTTPTransport:
@@ -158,8 +148,9 @@ class HttpFetcher:
         self._client = httpx.Client(
             follow_redirects=True,
             max_redirects=max_redirects,
-            # (httpx reads proxies from the environment only for its own transport)
-            **({} if _env_proxied() else {"transport": _transport(verify, limits)}),
+            # (httpx reads proxies from the environment only for its own transport;
+            # either scheme's: a redirect may change it)
+            **({} if proxy_in_env(https=True) else {"transport": _transport(verify, limits)}),
             verify=verify,
             limits=limits,
             timeout=httpx.Timeout(timeout, read=stall_timeout),

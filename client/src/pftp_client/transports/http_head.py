@@ -81,8 +81,14 @@ def usable(url: str) -> bool:
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
         return False
-    proxies = _PROXY_ENV + (("https_proxy", "HTTPS_PROXY") if scheme == "https" else ())
-    return not any(os.environ.get(name) for name in proxies)
+    return not proxy_in_env(https=scheme == "https")
+
+
+def proxy_in_env(https: bool) -> bool:
+    """Is a proxy for http:// (or, with ``https``, for https:// too) set in the
+    environment? httpx's trust_env reads these same variables."""
+    names = _PROXY_ENV + (("https_proxy", "HTTPS_PROXY") if https else ())
+    return any(os.environ.get(name) for name in names)
 
 
 _tls_lock = threading.Lock()
