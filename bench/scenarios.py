@@ -14,8 +14,12 @@ MIB = 1 << 20
 
 @dataclass(frozen=True)
 class Event:
-    """After `at_fraction` of the file has reached the client: `kind` ('slow' to
-    rate_bps, or 'kill') on mirror `mirror`."""
+    """After `at_fraction` of the file has reached the client: `kind` on mirror `mirror`.
+
+    Kinds: 'slow' (its link to rate_bps), 'kill' (its servers SIGKILLed: transfers
+    end), 'restart' (a killed mirror's servers back), 'disconnect' (its link down:
+    transfers stall without an error), 'reconnect' (link up again), 'access' (the
+    client's access link to rate_bps; `mirror` is ignored)."""
 
     at_fraction: float
     kind: str
@@ -63,9 +67,18 @@ class Scenario:
         out: list[tuple[float, LinkState]] = []
         for ev in sorted(self.events, key=lambda e: e.at_fraction):
             out.append((ev.at_fraction, state))
-            rates = dict(state.mirrors)
-            rates[ev.mirror] = 0.0 if ev.kind == "kill" else float(ev.rate_bps or 0)
-            state = LinkState(state.access_bps, rates, state.groups)
+            rates, access = dict(state.mirrors), state.access_bps
+            if ev.kind == "access":
+                access = float(ev.rate_bps) if ev.rate_bps else None
+            elif ev.kind in ("kill", "disconnect"):
+                rates[ev.mirror] = 0.0
+            elif ev.kind in ("restart", "reconnect"):
+                rates[ev.mirror] = self.initial_state().mirrors[ev.mirror]
+            elif ev.kind == "slow":
+                rates[ev.mirror] = float(ev.rate_bps or 0)
+            else:
+                raise ValueError(f"unknown event kind {ev.kind!r}")
+            state = LinkState(access, rates, state.groups)
         out.append((1.0, state))
         return out
 

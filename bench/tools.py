@@ -241,10 +241,7 @@ class EventTrigger(threading.Thread):
             while self.pending and now - self.base >= self.pending[0].at_fraction * \
                     self.ctx.file_bytes:
                 ev = self.pending.pop(0)
-                if ev.kind == "kill":
-                    self.ctx.lab.kill(ev.mirror)
-                else:
-                    self.ctx.lab.set_rate(ev.mirror, ev.rate_bps)
+                apply_event(self.ctx.lab, ev)
                 self.fired.append(f"{ev.kind}:{ev.mirror}")
 
 
@@ -261,13 +258,38 @@ def _json_summary(text: str) -> str:
     return text.strip()[-1000:]
 
 
+def apply_event(lab: Lab, ev: Event) -> None:
+    """One scenario event on the running lab (kinds: bench.scenarios.Event)."""
+    if ev.kind == "kill":
+        lab.kill(ev.mirror)
+    elif ev.kind == "restart":
+        lab.restart(ev.mirror)
+    elif ev.kind == "disconnect":
+        lab.disconnect(ev.mirror)
+    elif ev.kind == "reconnect":
+        lab.reconnect(ev.mirror)
+    elif ev.kind == "access":
+        lab.set_access_rate(ev.rate_bps)
+    elif ev.kind == "slow":
+        lab.set_rate(ev.mirror, ev.rate_bps)
+    else:
+        raise ValueError(f"unknown event kind {ev.kind!r}")
+
+
 def reset_lab(ctx: RunContext) -> None:
-    """Undo the previous run's events: original rates, killed servers back."""
+    """Undo the previous run's events: original rates, killed servers back, links up,
+    the access link's rate."""
     for spec, m in zip(ctx.scenario.mirrors, ctx.lab.mirrors, strict=True):
         if not m.alive:
             ctx.lab.restart(m)
         if m.rate_bps != spec.rate_bps:
             ctx.lab.set_rate(m, spec.rate_bps)
+    if any(ev.kind == "disconnect" for ev in ctx.scenario.events):
+        for m in ctx.lab.mirrors:
+            if not ctx.lab.link_up(m):
+                ctx.lab.reconnect(m)
+    if ctx.lab.access_bps != ctx.scenario.access_bps:
+        ctx.lab.set_access_rate(ctx.scenario.access_bps)
 
 
 def _wait_all(procs: list[subprocess.Popen[bytes]], deadline: float) -> list[int | None]:

@@ -138,6 +138,8 @@ def test_no_data_at_all_releases_at_max_wait():
         (0.5, 0, "wait", 1),  # low once: not yet
         (0.5, 1, "fell", 2),  # low twice in a row
         (1.6, 0, "above", 0),  # faster than configured: the figure is wrong
+        (1.3, 0, "above", 0),
+        (1.1, 0, "wait", 0),  # within a figure's error
     ],
 )
 def test_steady_state(share, rounds_before, verdict, rounds_after):

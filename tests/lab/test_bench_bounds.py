@@ -76,3 +76,30 @@ def test_the_bench_waits_for_every_exit_and_kills_at_the_deadline() -> None:
     assert procs[0].returncode is not None  # killed, not left running
     assert _wait_all([spawn("pass"), spawn("import sys; sys.exit(1)")],
                      time.monotonic() + 30) == [0, 1]
+
+
+def test_phases_follow_every_kind_of_event() -> None:
+    """A link that goes down and comes back, a mirror that dies and restarts, an
+    access link that grows: the bound follows each (fault sweeps use them)."""
+    from pftp_lab import MirrorSpec
+
+    from bench.scenarios import Event, Scenario
+
+    sc = Scenario(
+        "t", "t", (MirrorSpec(rate_bps=10 * M), MirrorSpec(rate_bps=30 * M)),
+        access_bps=20 * M,
+        events=(Event(0.2, "disconnect", "m1"), Event(0.4, "reconnect", "m1"),
+                Event(0.5, "kill", "m0"), Event(0.6, "restart", "m0"),
+                Event(0.8, "access", "", 100 * M)),
+    )
+    states = [(f, st.mirrors["m0"], st.mirrors["m1"], st.access_bps) for f, st in sc.phases()]
+    assert states == [
+        (0.2, 10 * M, 30 * M, 20 * M),
+        (0.4, 10 * M, 0.0, 20 * M),
+        (0.5, 10 * M, 30 * M, 20 * M),
+        (0.6, 0.0, 30 * M, 20 * M),
+        (0.8, 10 * M, 30 * M, 20 * M),
+        (1.0, 10 * M, 30 * M, 100 * M),
+    ]
+    with pytest.raises(ValueError, match="unknown event kind"):
+        Scenario("u", "u", sc.mirrors, events=(Event(0.5, "melt", "m0"),)).phases()

@@ -210,6 +210,27 @@ def test_kill_ends_transfers_in_flight_and_restart_serves_again(kind, data, tmp_
 
 
 @pytest.mark.lab
+def test_disconnect_stalls_without_an_error_and_reconnect_serves_again(data, tmp_path: Path
+                                                                       ) -> None:
+    path, digest = data
+    with Lab([MirrorSpec(rate_bps=40_000_000)], files={"data.bin": path}) as lab:
+        m = lab.mirrors[0]
+        assert lab.link_up(m)
+        lab.disconnect(m)
+        assert not lab.link_up(m)
+        # (no reset, no refusal: the connection attempt times out)
+        lost = curl(lab, m.ftp_url("data.bin"), tmp_path / "x.bin", "--connect-timeout", "1",
+                    timeout=10)
+        assert lost.returncode == 28, lost.stderr  # curl: operation timed out
+        assert m.alive
+        lab.reconnect(m)
+        assert lab.link_up(m)
+        res = curl(lab, m.ftp_url("data.bin"), tmp_path / "again.bin")
+        assert res.returncode == 0, res.stderr
+        assert sha256_file(tmp_path / "again.bin") == digest
+
+
+@pytest.mark.lab
 def test_an_https_mirror_restarted_keeps_its_certificate(data, tmp_path: Path) -> None:
     """A client given the lab's CA bundle before a mirror was killed and started
     again (the bench's mirror-dies, between runs) still trusts it."""

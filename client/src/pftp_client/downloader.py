@@ -1114,6 +1114,12 @@ def _run_locked(
             ticker_stop.set()
             if ticker.is_alive():
                 ticker.join()
+            if engine.access_raised_from is not None and engine.cfg.access_bps:
+                notes.append(
+                    f"access bandwidth: the flows carried {engine.cfg.access_bps / 1e6:.1f} "
+                    f"Mbit/s, above the {engine.access_raised_from / 1e6:.1f} Mbit/s figure; "
+                    "taken as the link's from then on"
+                )
             timeline = sampler.stop(
                 [(s.name, s.received) for s in
                  (result.mirrors if result is not None else engine.snapshot()[1])],

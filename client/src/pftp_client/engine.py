@@ -38,7 +38,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from pftp_wire.tcp_model import slow_start_s
@@ -576,7 +576,8 @@ class DownloadEngine:
         self.part = part
         self.grid = grid
         self.split_grid = PieceGrid(grid.size, split_unit(grid.piece_size))  # tail splits
-        self.cfg = config or EngineConfig()
+        # (a copy: the access figure is raised in place when the flows prove it low)
+        self.cfg = replace(config) if config is not None else EngineConfig()
         self._open_fetcher = open_fetcher
         self._opener_takes_at = bool(getattr(open_fetcher, "takes_at", False))
         self._checkpoint = checkpoint
@@ -625,6 +626,9 @@ class DownloadEngine:
         self._top_up_from = 0.0  # the aggregate then (bytes/s)
         self._top_up_over = False  # the last one did not raise the aggregate
         self._top_up_mark: tuple[float, int] | None = None  # (time, aggregate bytes then)
+        # The access figure before the flows proved it low (_top_up), None while it holds.
+        self.access_raised_from: float | None = None
+        self._figure_tested = False  # a backup joined to test it (_figure_untested)
         self._lead_since = self._t0
         self._lead_lane = -1  # the leader's lane the samples are about
         self._lead_head_at: float | None = None  # its head start's request (FtpFetcher)
@@ -1529,21 +1533,34 @@ class DownloadEngine:
         did not raise the aggregate by a tenth of the link ends it: the limit is
         elsewhere (the figure is wrong, or a link upstream is shared). Not while a
         lead start holds the others in reserve, nor while a flow is parked (the
-        shared-congestion verdict: the flows fill a shared link)."""
+        shared-congestion verdict: the flows fill a shared link).
+
+        The access figure is an estimate too. Flows that carry more prove it low
+        (_raise_access): it then holds only as a floor, and so does the choice the
+        coordinator sized for it, so a backup joins while the flows fill what is
+        known of the link, as long as each join raises the aggregate. Flows that
+        fill both the figure and their mirrors' expected rates cannot tell which
+        of the two limits them: one backup joins to find out (_figure_untested)."""
         access = self.cfg.access_bps
-        if (
-            not access
-            or self._top_up_over
-            or not self.backups
-            or not self._meant_to_fill(access)
-            or self._lead_phase != "off"
-            or any(f.parked for f in self.flows.values())  # (a full shared link)
-        ):
+        if not access or self._lead_phase != "off":
             self._top_up_low_rounds = 0
             return
         since = self._t0 + self.cfg.top_up_start_s if self._top_up_at is None else self._top_up_at
-        agg = self._top_up_rate(now, since)
-        if agg is None:
+        reads = self._top_up_rate(now, since)
+        if reads is None:
+            return
+        agg, low = reads
+        before = self.access_raised_from or access
+        # (past a join, any excess over the figure is the join's: it was low)
+        raised = self._raise_access(low, strict=self._top_up_at is None)
+        if (
+            self._top_up_over
+            or not self.backups
+            # (a mirror-only download has no expected rates: its backups only stand in)
+            or not (self._meant_to_fill(access) or (raised and self._expected_Bps()))
+            or any(f.parked for f in self.flows.values())  # (a full shared link)
+        ):
+            self._top_up_low_rounds = 0
             return
         link = access / 8
         if self._top_up_at is not None and agg < self._top_up_from + 0.1 * link:
@@ -1551,25 +1568,78 @@ class DownloadEngine:
             self._log(f"no more backups join: the last one left the flows at "
                       f"{agg * 8 / 1e6:.2f} Mbit/s (from {self._top_up_from * 8 / 1e6:.2f})")
             return
+        if raised:
+            link = low  # (what is known of the link: they fill it, so the next one joins)
         if agg < self.cfg.access_full * link:
             after = self._rate_after_recovery(since, link)
             if after >= self.cfg.access_full * link:
                 self._log(f"the flows carry {agg * 8 / 1e6:.2f} Mbit/s of the link, "
                           f"{after * 8 / 1e6:.2f} since a loss-recovery pause: no backup")
             agg = max(agg, after)
-        if agg >= self.cfg.access_full * link:
-            self._top_up_low_rounds = 0
-            return
+        test = False
+        if agg >= self.cfg.access_full * link and not raised:
+            test = self._figure_untested(agg)
+            if not test:
+                self._top_up_low_rounds = 0
+                return
         self._top_up_low_rounds += 1
         if (self._top_up_low_rounds < self.cfg.top_up_rounds
-                or self._work_left_s(agg) < self.cfg.top_up_min_left_s):
+                or self._work_left_s(agg) < self.cfg.top_up_min_left_s * (2 if test else 1)):
             return
-        why = (f"the flows carry {agg * 8 / 1e6:.2f} Mbit/s of the {access / 1e6:.2f} Mbit/s "
-               "access link")
+        carry = f"the flows carry {(low if raised else agg) * 8 / 1e6:.2f} Mbit/s"
+        if raised:
+            why = f"{carry}, above the {before / 1e6:.2f} Mbit/s access figure: the link is faster"
+        elif test:
+            self._figure_tested = True
+            why = (f"{carry}, both the {access / 1e6:.2f} Mbit/s access figure and what their "
+                   "mirrors are expected to give: a backup tests which one limits them")
+        else:
+            why = f"{carry} of the {access / 1e6:.2f} Mbit/s access link"
         if self._start_backup(why):
             self._top_up_at, self._top_up_from = now, agg
             self._top_up_low_rounds = 0
             self._lock.notify_all()
+
+    def _figure_untested(self, agg_Bps: float) -> bool:
+        """Lock held: the flows fill the access figure (``agg_Bps``), but they also
+        carry about what their mirrors are expected to give, so either may be what
+        limits them (one 20 Mbit/s mirror on a link taken for 20 that grew to 200,
+        a figure measured during cross traffic). Not tested yet this download?
+        Where the mirrors are expected to give well more than the flows carry, the
+        access link is what limits them (a 30 Mbit/s mirror behind 4): no test."""
+        if self._figure_tested:
+            return False
+        expected = self._expected_Bps()
+        return expected is not None and agg_Bps >= self.cfg.access_full * expected
+
+    def _expected_Bps(self) -> float | None:
+        """The coordinator's expected rates of the mirrors now fetching, summed
+        (bytes/s); None when one has none (a mirror-only download)."""
+        live = [f for f in self.flows.values()
+                if f.alive and not f.cancel.is_set() and f.stream_of is None]
+        rates = [f.mirror.expected_bps for f in live]
+        if not live or not all(rates):
+            return None
+        return sum(r or 0.0 for r in rates) / 8
+
+    def _raise_access(self, agg_Bps: float, *, strict: bool) -> bool:
+        """Lock held: the flows carry ``agg_Bps``, above the access figure (measured
+        before the download or configured: a probe run during cross traffic, a link
+        upgraded since)? Then it was wrong, and what they carry is the new figure, a
+        floor, raised again whenever they carry more. True when it was raised now.
+        ``strict``: by no join's doing, only well above it counts, by the lead
+        start's own test of the figure (LeadSettings.above): a full link carries at
+        most ~0.96 of its rate, a measured figure is off by a few percent."""
+        access = self.cfg.access_bps
+        margin = self.cfg.lead.above if strict and not self.access_raised_from else 1.0
+        if not access or agg_Bps * 8 <= access * margin:
+            return False
+        if self.access_raised_from is None:
+            self.access_raised_from = access
+            self._log(f"the flows carry {agg_Bps * 8 / 1e6:.2f} Mbit/s, above the "
+                      f"{access / 1e6:.2f} Mbit/s access figure: it is raised to that")
+        self.cfg.access_bps = agg_Bps * 8
+        return True
 
     def _rate_after_recovery(self, since: float, link_Bps: float) -> float:
         """The aggregate since the one loss-recovery pause in it, 0.0 without one
@@ -1584,11 +1654,12 @@ class DownloadEngine:
             access_Bps=link_Bps, s=self.cfg.lead, step_s=self._aggregate.step_s,
         )
 
-    def _top_up_rate(self, now: float, since: float) -> float | None:
+    def _top_up_rate(self, now: float, since: float) -> tuple[float, float] | None:
         """The flows' aggregate over the last monitor round (at least
         top_up_window_s), counted only from the first round after ``since`` (the
-        start, or the last join: connections and slow start left out). None until
-        there is such a round. (Judged over the aggregate's 2 s window, a coordinator
+        start, or the last join: connections and slow start left out), and over the
+        aggregate's window: (the higher, the lower). None until there is such a
+        round. (Judged over the aggregate's 2 s window, a coordinator
         whose probes had overrated a mirror left the link a quarter short until 3 s:
         table 1, 1.14x.)"""
         mark = self._top_up_mark
@@ -1601,9 +1672,14 @@ class DownloadEngine:
         if now - mark[0] < self.cfg.top_up_window_s:
             return None
         self._top_up_mark = (now, total)
-        # (short over the round and over the aggregate's window both: a server that
-        # sends in bursts, pyftpdlib's throttle, left whole rounds empty)
-        return max((total - mark[1]) / (now - mark[0]), self._aggregate.rate(now) or 0.0)
+        # Short only when short over the round and over the aggregate's window both
+        # (a server that sends in bursts, pyftpdlib's throttle, left whole rounds
+        # empty); above only when above over both (reads that lagged the kernel's
+        # and caught up in a round, as the engine starts: 5.3 Mbit/s over a round
+        # of a full 4 Mbit/s link, 3.8 over the window).
+        round_Bps = (total - mark[1]) / (now - mark[0])
+        window_Bps = self._aggregate.rate(now) or 0.0
+        return max(round_Bps, window_Bps), min(round_Bps, window_Bps)
 
     def _work_left_s(self, rate_Bps: float) -> float:
         """Seconds of work left at ``rate_Bps`` (the bytes not yet in place)."""

@@ -629,6 +629,13 @@ class Lab:
         netns.sh(["ip", "-n", m.ns, "link", "set", m.dev, "down"])
         self._event("disconnect", m.name)
 
+    def link_up(self, mirror: Mirror | str | int) -> bool:
+        """False while the mirror is disconnect()ed."""
+        m = self.mirror(mirror)
+        out = subprocess.run(["ip", "-n", m.ns, "-o", "link", "show", m.dev],
+                             capture_output=True, text=True, check=True).stdout
+        return ",UP" in out or "<UP" in out
+
     def reconnect(self, mirror: Mirror | str | int) -> None:
         m = self.mirror(mirror)
         netns.sh(["ip", "-n", m.ns, "link", "set", m.dev, "up"])
