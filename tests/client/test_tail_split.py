@@ -114,6 +114,48 @@ def test_rate_of_a_stalled_flow_falls_to_zero_within_the_window():
     assert m.rate(t + 10) == m.rate(t + 3.5)  # idle (between requests): frozen
 
 
+def test_a_flow_back_from_a_long_silence_is_measured_from_where_it_resumed():
+    """A link down for 2 s and back: what the flow carries now is its rate, not the
+    silence averaged in (blackhole-back sweep: 38 Mbit/s read as ~10 for 3 s). A
+    silence shorter than restart_after_s (loss recovery) stays part of the rate."""
+    from pftp_client.rate import RateMeter
+
+    def run(silence_s: float, restart: float | None) -> float | None:
+        m = RateMeter(window_s=3.0, step_s=0.1, restart_after_s=restart)
+        m.start(0.0)
+        t = 0.0
+        while t < 2.0:  # 1 MB/s
+            t += 0.01
+            m.add(10_000, t)
+        t += silence_s
+        end = t + 0.6
+        while t < end:  # 4 MB/s
+            t += 0.01
+            m.add(40_000, t)
+        return m.rate(t)
+
+    assert run(2.0, 1.5) == pytest.approx(4_000_000, rel=0.05)
+    assert run(2.0, None) == pytest.approx((0.4 * 1e6 + 0.6 * 4e6) / 3.0, rel=0.1)
+    assert run(0.5, 1.5) == pytest.approx((1.9 * 1e6 + 0.6 * 4e6) / 3.0, rel=0.1)
+    # the first byte of a request after a long wait is not a restart: the request's
+    # latency is the flow's own (warm_up covers the lane's start)
+    m = RateMeter(window_s=3.0, step_s=0.1, restart_after_s=1.5)
+    m.start(0.0)
+    m.add(1_000_000, 2.0)
+    m.add(1_000_000, 2.5)
+    assert m.rate(2.5) == pytest.approx(2_000_000 / 2.5, rel=0.01)
+    # a range that ends 0.1 s after its flow came back: frozen at what came since
+    # (over at least min_span_s), not at what the silence had worn the rate down to
+    m = RateMeter(window_s=3.0, step_s=0.1, min_span_s=0.2, restart_after_s=1.5)
+    m.start(0.0)
+    m.add(100_000, 0.5)
+    assert m.rate(4.0) == 0.0  # silent for a window
+    m.add(200_000, 4.0)
+    m.add(200_000, 4.1)
+    m.stop(4.1)
+    assert m.rate(5.0) == pytest.approx(400_000 / 0.2)
+
+
 def test_a_stalled_leaders_last_bytes_are_raced_once_another_flow_is_free():
     """CI, session 30: a leader cut off by its link (lead start) kept the 112 bytes
     up to the split grid's next boundary; its meter still read the bytes that came

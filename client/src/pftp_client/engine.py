@@ -447,7 +447,7 @@ class Flow:
     next_lane: Lane | None = None
     overlap_bytes: int = 0
     overlap_tried: float = -1e9  # clock of the last try (nothing to take, no spare)
-    rate: RateMeter = field(default_factory=RateMeter)
+    rate: RateMeter = field(default_factory=lambda: RateMeter(restart_after_s=1.5))
     latency_s: float | None = None
     # What moving to a new range costs, request latency included: the time from the
     # last byte of a range to the end of its fetch (ABOR, the next passive port),

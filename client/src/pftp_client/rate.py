@@ -13,10 +13,20 @@ class RateMeter:
     memory is bounded by window_s / step_s whatever the transfer rate.
     """
 
-    def __init__(self, window_s: float = 3.0, step_s: float = 0.1, min_span_s: float = 0.2) -> None:
+    def __init__(self, window_s: float = 3.0, step_s: float = 0.1, min_span_s: float = 0.2,
+                 restart_after_s: float | None = None) -> None:
         self.window_s = window_s
         self.step_s = step_s
         self.min_span_s = min_span_s  # no rate from less time than this
+        # Data again after a silence this long within a period: the window starts
+        # over where it resumed. A link that went down and came back (or a server
+        # that froze) is measured by what it carries now; its stall, averaged in,
+        # read a 38 Mbit/s mirror as 10 for the next three seconds, and the tail
+        # rule then gave it small steals, one after another, each paying a switch.
+        # Shorter silences (loss recovery, a server's pacing) stay part of the rate.
+        self.restart_after_s = restart_after_s
+        self._period_data = False  # a byte came in this period
+        self._resumed = False  # its window started over after a silence
         self.total = 0
         self._samples: deque[tuple[float, int]] = deque(maxlen=int(window_s / step_s) + 2)
         self._lock = threading.Lock()
@@ -28,11 +38,21 @@ class RateMeter:
         with self._lock:
             self._samples.clear()
             self._samples.append((now, self.total))
+            self._period_data = False
+            self._resumed = False
 
     def add(self, nbytes: int, now: float) -> None:
         """Count ``nbytes`` at ``now``; a time before the last sample's (bytes that
         came earlier but are counted late) joins the next sample."""
         with self._lock:
+            if (
+                self.restart_after_s is not None and self._period_data and self._samples
+                and now - self._last_add >= self.restart_after_s
+            ):
+                self._samples.clear()
+                self._samples.append((now, self.total))
+                self._resumed = True
+            self._period_data = True
             self.total += nbytes
             self._last_add = max(self._last_add, now)
             if not self._samples or now - self._samples[-1][0] >= self.step_s:
@@ -86,4 +106,9 @@ class RateMeter:
                     self._last_rate = 0.0
                 elif self.total > b0 and dt >= min(self.min_span_s, self.window_s):
                     self._last_rate = (self.total - b0) / dt
+                elif self.total > b0 and self._resumed:
+                    # (a range finished soon after its flow came back: what came
+                    # since, over at least min_span_s, rather than the rate the
+                    # silence had worn down to nothing)
+                    self._last_rate = (self.total - b0) / max(dt, self.min_span_s)
             self._samples.clear()
