@@ -12,6 +12,7 @@ from pftp_client.congestion_wiring import (
     capture_plan,
     choose_source,
     congested_with,
+    held_back_none,
     kernel_timestamps_possible,
 )
 
@@ -201,3 +202,23 @@ def test_events_become_report_fields():
         "c": ["d"], "d": ["c"]}
     three = congested_with([{"mirrors": ["a", "b", "c"]}, {"mirrors": ["a", "d"]}])
     assert three == {"a": ["b", "c", "d"], "b": ["a", "c"], "c": ["a", "b"], "d": ["a"]}
+
+
+def test_a_set_that_held_no_one_back_is_not_reported():
+    """Nothing dropped, and each mirror carried 90 % of what the coordinator expected
+    of it: a link they share, if any, cost them nothing (lossy-far sweep: two clean
+    25 Mbit/s mirrors named together at 22 Mbit/s each, and the next coordinated run
+    got two mirrors instead of three, 1.61x)."""
+    expected = {"a": 25e6, "b": 25e6, "c": 20e6}
+    ev = {"mirrors": ["a", "b"], "dropped": []}
+    assert held_back_none(ev, {"a": 22.5e6, "b": 23e6}, expected)
+    # one of them held back well below its expected rate: the verdict may be right
+    assert not held_back_none(ev, {"a": 22.5e6, "b": 12e6}, expected)
+    # acted on (a mirror dropped or parked): that has its own test (refuted)
+    assert not held_back_none({"mirrors": ["a", "b"], "dropped": ["b"]},
+                              {"a": 25e6, "b": 25e6}, expected)
+    # no expected rate (a mirror-only download) or no rate: no judgement
+    assert not held_back_none({"mirrors": ["a", "d"]}, {"a": 25e6, "d": 25e6}, expected)
+    assert not held_back_none(ev, {"a": 25e6, "b": None}, expected)
+    ev["harmless"] = True
+    assert congested_with([ev, {"mirrors": ["b", "c"]}]) == {"b": ["c"], "c": ["b"]}

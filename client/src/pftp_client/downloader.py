@@ -954,6 +954,7 @@ def _run_locked(
         CongestionSession,
         CongestionSourceUnavailable,
         congested_with,
+        held_back_none,
     )
     from pftp_client.control_file import ControlState, ResumeMismatch, ctl_path
     from pftp_client.engine import DownloadEngine, NoMirrorCouldServe
@@ -1156,6 +1157,11 @@ def _run_locked(
                 ev["refuted"] = True
         if result.refuted:
             congestion_info["refuted"] = sorted(result.refuted)
+        expected = {m.name: m.expected_bps for m in (*plan.active, *plan.backups)}
+        rates = {st.name: st.steady_bps or st.rate_bps for st in result.mirrors}
+        for ev in congestion_info.get("events", []):
+            if held_back_none(ev, rates, expected):
+                ev["harmless"] = True
         shared_with = congested_with(congestion_info.get("events", []))
         for s in result.mirrors:
             s.congested_with = list(shared_with.get(s.name, []))

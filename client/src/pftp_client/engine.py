@@ -165,6 +165,10 @@ class EngineConfig:
     # unless the flow has received nothing for this long (or two request
     # latencies): it is then in loss recovery and those bytes are as good as lost.
     stall_gap_s: float = 0.25
+    # A flow silent this long (and twice its longest pause) counts as rate 0 for tail
+    # moves (_dark): a loss-recovery timeout backs off from 0.2 s, a link that went
+    # down stays silent.
+    dark_after_s: float = 1.0
     # Flows found to share a congested link with no backup to take their place are
     # parked (see drop_flows); if the flows left then carry less than this share of
     # what all carried before, within park_probation_s, the parked ones resume.
@@ -2922,7 +2926,17 @@ class DownloadEngine:
             and now - started > min(self.cfg.stall_timeout, self.cfg.timeout)
         ):
             return 0.0
+        if lane is lane.flow.lane and lane.first_byte is not None and self._dark(lane.flow, now):
+            return 0.0
         return lane.flow.rate_estimate(now)
+
+    def _dark(self, flow: Flow, now: float) -> bool:
+        """Silent for dark_after_s and twice the longest pause it has shown (a
+        server that sends in bursts): its link is down or its server froze. Its
+        meter still reads the seconds before (3 s window), and a thief left it the
+        share that rate would fetch: 1.85 MB that sat until the end (blackhole
+        sweep, a 40 Mbit/s mirror at 60 ms)."""
+        return now - flow.last_data > max(self.cfg.dark_after_s, 2 * flow.gap_s)
 
     def _keep_spare(self, flow: Flow, now: float) -> None:
         """Lock held: ask the flow's transport for a spare connection when its
@@ -3624,10 +3638,16 @@ class DownloadEngine:
                         continue
                     if now - flow.last_cut < 3 * self.cfg.monitor_interval_s:
                         continue
-                    split = self.grid.align_up(max(
+                    split = max(
                         lane.reserved + reduced_portion(remaining, verdict),
                         self._cut_floor(lane, self.access_saturated()),
-                    ))
+                    )
+                    # (a flow gone silent, its link down, keeps nothing past what it
+                    # received. Up to the piece's end, those bytes sat there until
+                    # the very end and were raced then, a switch for a few KB: 0.5 MB
+                    # up to the piece, 16 KB up to the split grid, on a far path)
+                    if now - flow.last_data <= self._stall_gap(flow):
+                        split = self.grid.align_up(split)
                     if split >= lane.owned_end:
                         continue
                     old_end = lane.owned_end
