@@ -333,6 +333,13 @@ def _output_path(output: str | os.PathLike[str] | None, name: str) -> Path:
     return p
 
 
+def _configured_figure(setting: str | None) -> bool:
+    """Is the access bandwidth configured (environment or config file)?"""
+    from pftp_client.bandwidth_setting import configured_access_bandwidth
+
+    return configured_access_bandwidth(setting)[0] is not None
+
+
 def download(
     name: str | None = None,
     *,
@@ -491,6 +498,10 @@ def download(
         bw = access_bandwidth_bps
     else:
         raise UsageError(f"bad access bandwidth {access_bandwidth_bps!r}")
+    # (a figure the client measured, not one it was given: it may be tested)
+    measured_figure = bool(bw) and access_bandwidth_bps == AUTO and not _configured_figure(
+        access_bandwidth_setting
+    )
 
     capture_check: _CaptureCheck | None = None
     if detector_factory is None and congestion in ("auto", "packet"):
@@ -657,6 +668,8 @@ def download(
             changes["stall_timeout"] = stall_timeout
         if max_connections is not None and cfg.max_streams != max_connections:
             changes["max_streams"] = max_connections
+        if measured_figure and not cfg.test_access_figure:
+            changes["test_access_figure"] = True
         if changes:
             cfg = dataclasses.replace(cfg, **changes)
         while True:

@@ -225,6 +225,13 @@ class EngineConfig:
     # ...when at least this much work is left at the current rate (a new flow needs
     # a few round trips and its slow start before it carries anything).
     top_up_min_left_s: float = 1.0
+    # The access figure was measured by the client (a packet train, past downloads),
+    # not configured: flows that fill it and their mirrors' expected rates both get
+    # one backup to test which limits them (_figure_untested). A configured figure
+    # is the user's word, taken back only by flows that carry well more (the test
+    # join cost 1.5 % where one mirror fills a known 4 Mbit/s link, and a single
+    # curl there takes the bound).
+    test_access_figure: bool = False
     # A flow whose range ends within spare_lead_s, or a monitoring interval plus
     # this many round trips (and 0.5 s), has its transport get a second
     # connection ready (FTP keep_spare: connect, log in, passive port, data
@@ -1608,10 +1615,11 @@ class DownloadEngine:
         """Lock held: the flows fill the access figure (``agg_Bps``), but they also
         carry about what their mirrors are expected to give, so either may be what
         limits them (one 20 Mbit/s mirror on a link taken for 20 that grew to 200,
-        a figure measured during cross traffic). Not tested yet this download?
-        Where the mirrors are expected to give well more than the flows carry, the
-        access link is what limits them (a 30 Mbit/s mirror behind 4): no test."""
-        if self._figure_tested:
+        a figure measured during cross traffic). Not tested yet this download, and
+        a figure the client measured (test_access_figure)? Where the mirrors are
+        expected to give well more than the flows carry, the access link is what
+        limits them (a 30 Mbit/s mirror behind 4): no test."""
+        if self._figure_tested or not self.cfg.test_access_figure:
             return False
         expected = self._expected_Bps()
         return expected is not None and agg_Bps >= self.cfg.access_full * expected

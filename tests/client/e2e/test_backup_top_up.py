@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from pftp_client import download
+from pftp_client.engine import EngineConfig
 
 RATE = 128 * 1024  # bytes/s per slow mirror
 
@@ -80,9 +81,11 @@ PACED = 256 * 1024  # bytes/s (~2.1 Mbit/s): a paced mirror, 64 KiB bursts as vs
 
 
 def _paced(ftp_mirrors, canned_coordinator, tmp_path: Path, data: bytes, *, paced: int,
-           expected_bps: float, access_bps: int, backup_paced: bool = False):
+           expected_bps: float, access_bps: int, backup_paced: bool = False,
+           measured: bool = True):
     """``paced`` mirrors at PACED each share the file, a backup waits (fast, or
-    paced too), and the client takes its access link for ``access_bps``."""
+    paced too), and the client takes its access link for ``access_bps``, a figure
+    it measured (as its packet train would) or, ``measured=False``, one it was given."""
     ms = ftp_mirrors({"f.bin": data}, paced + 1,
                      pace=dict.fromkeys(range(paced + backup_paced), PACED))
     n = len(data)
@@ -102,7 +105,8 @@ def _paced(ftp_mirrors, canned_coordinator, tmp_path: Path, data: bytes, *, pace
     coord = canned_coordinator(200, answer)
     out = tmp_path / "f.bin"
     s = download("f.bin", coordinator=coord.url, output=out, timeout=30.0,
-                 access_bandwidth_bps=access_bps, congestion="off")
+                 access_bandwidth_bps=access_bps, congestion="off",
+                 config=EngineConfig(test_access_figure=measured))
     assert s.sha256_verified and out.read_bytes() == data
     return s
 
@@ -156,4 +160,16 @@ def test_a_mirror_well_below_its_expected_rate_at_the_figure_is_not_tested(
                access_bps=2_000_000)
     assert not [e for e in s.events if e.kind == "backup"], s.events
     assert all(m.name != "b0" for m in s.mirrors)
+    assert s.seconds > 3.0
+
+
+def test_a_configured_figure_is_not_tested(
+    ftp_mirrors, canned_coordinator, tmp_path: Path
+) -> None:
+    """The same mirror filling both figures, but the figure was configured (the
+    user's word, as PFTP_ACCESS_BANDWIDTH): no backup joins to test it."""
+    data = os.urandom(1_200_000)  # ~4.6 s: past the judgements at ~2 and ~3 s
+    s = _paced(ftp_mirrors, canned_coordinator, tmp_path, data, paced=1, expected_bps=2e6,
+               access_bps=2_000_000, measured=False)
+    assert not [e for e in s.events if e.kind == "backup"], s.events
     assert s.seconds > 3.0
