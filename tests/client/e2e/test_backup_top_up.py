@@ -111,6 +111,19 @@ def _paced(ftp_mirrors, canned_coordinator, tmp_path: Path, data: bytes, *, pace
     return s
 
 
+def _raised_with_one_backup(s, why: str, *, min_bytes: int, max_s: float):
+    """One backup joined, for ``why``; the 2 Mbit/s figure was raised (the summary
+    says so); the backup took over ``min_bytes``; all within ``max_s``. The join."""
+    joined = [e for e in s.events if e.kind == "backup"]
+    assert len(joined) == 1, s.events
+    assert why in joined[0].detail
+    assert any("above the 2.0 Mbit/s figure" in n for n in s.notes), s.notes
+    backup = next(m for m in s.mirrors if m.name == "b0")
+    assert backup.bytes > min_bytes
+    assert s.seconds < max_s
+    return joined[0]
+
+
 def test_flows_above_the_access_figure_raise_it_and_a_backup_joins(
     ftp_mirrors, canned_coordinator, tmp_path: Path
 ) -> None:
@@ -120,14 +133,9 @@ def test_flows_above_the_access_figure_raise_it_and_a_backup_joins(
     data = os.urandom(4_000_000)  # ~7.6 s from the two paced mirrors alone
     s = _paced(ftp_mirrors, canned_coordinator, tmp_path, data, paced=2, expected_bps=1e6,
                access_bps=2_000_000)
-    joined = [e for e in s.events if e.kind == "backup"]
-    assert len(joined) == 1, s.events
-    assert "above the 2.00 Mbit/s access figure: the link is faster" in joined[0].detail
-    assert 1.5 <= joined[0].at_s < 3.0
-    assert any("above the 2.0 Mbit/s figure" in n for n in s.notes), s.notes
-    backup = next(m for m in s.mirrors if m.name == "b0")
-    assert backup.bytes > len(data) // 3
-    assert s.seconds < 5.0
+    joined = _raised_with_one_backup(s, "above the 2.00 Mbit/s access figure: the link is "
+                                     "faster", min_bytes=len(data) // 3, max_s=5.0)
+    assert 1.5 <= joined.at_s < 3.0
 
 
 def test_a_mirror_that_fills_both_figures_is_tested_with_a_backup(
@@ -140,13 +148,8 @@ def test_a_mirror_that_fills_both_figures_is_tested_with_a_backup(
     data = os.urandom(2_500_000)  # ~9.5 s from the paced mirror alone
     s = _paced(ftp_mirrors, canned_coordinator, tmp_path, data, paced=1, expected_bps=2e6,
                access_bps=2_000_000, backup_paced=True)
-    joined = [e for e in s.events if e.kind == "backup"]
-    assert len(joined) == 1, s.events
-    assert "a backup tests which one limits them" in joined[0].detail
-    assert any("above the 2.0 Mbit/s figure" in n for n in s.notes), s.notes
-    backup = next(m for m in s.mirrors if m.name == "b0")
-    assert backup.bytes > len(data) // 4
-    assert s.seconds < 8.0
+    _raised_with_one_backup(s, "a backup tests which one limits them",
+                            min_bytes=len(data) // 4, max_s=8.0)
 
 
 def test_a_mirror_well_below_its_expected_rate_at_the_figure_is_not_tested(
