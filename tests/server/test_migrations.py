@@ -129,3 +129,27 @@ def test_0003_adds_mirror_report_connections_and_keeps_rows(db_url: str) -> None
             assert conn.execute(text("SELECT count(*) FROM mirror_reports")).scalar() == 1
     finally:
         engine.dispose()
+
+
+def test_0004_adds_mirror_report_access_limited_and_keeps_rows(db_url: str) -> None:
+    migrate.upgrade(db_url, "0003")
+    assert "access_limited" not in _columns(db_url, "mirror_reports")
+    engine = create_db_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO downloads (file_name, size, seconds, sha256_ok,"
+                              " reported_at) VALUES ('f', 10, 1.0, true, CURRENT_TIMESTAMP)"))
+            conn.execute(text("INSERT INTO mirror_reports (download_id, mirror_name, bytes,"
+                              " seconds, throughput_bps, failures, slow, congested, bad_data,"
+                              " reported_at) SELECT id, 'm', 10, 1.0, 80.0, 0, false, false,"
+                              " false, CURRENT_TIMESTAMP FROM downloads"))
+        migrate.upgrade(db_url, "0004")
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT bytes, access_limited FROM mirror_reports")).all()
+        assert [tuple(r) for r in rows] == [(10, False)]  # old rows: the mirror's rate
+        migrate.downgrade(db_url, "0003")
+        assert "access_limited" not in _columns(db_url, "mirror_reports")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM mirror_reports")).scalar() == 1
+    finally:
+        engine.dispose()

@@ -111,6 +111,21 @@ def test_refit_from_reports_joined_to_probes(db_url):
                 )
             )
             s.add(d)
+        for k in range(10):
+            # Clients behind a 1 Mbit/s access link: their times are the link's,
+            # not the paths' the fit is about.
+            mid = rng.choice(list(paths))
+            size = 4 * 1024 * 1024
+            secs = size * 8 / 1e6
+            d = Download(file_name="f", size=size, seconds=secs, sha256_ok=True,
+                         access_bandwidth_bps=1_000_000,
+                         reported_at=now - timedelta(minutes=5 - k * 0.1))
+            d.mirror_reports.append(
+                MirrorReport(mirror_id=mid, mirror_name=f"m{mid}", bytes=size, seconds=secs,
+                             throughput_bps=1e6, access_limited=True,
+                             reported_at=d.reported_at)
+            )
+            s.add(d)
     fit = refit(factory, st, clock=lambda: now)
     assert fit is not None and fit.n == 40
     assert math.isclose(fit.a, 1.3, rel_tol=0.01) and math.isclose(fit.b, 8, rel_tol=0.05)

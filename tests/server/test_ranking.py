@@ -291,6 +291,34 @@ def test_expected_rate_fallbacks():
     assert expected_rate_bps(MirrorMetrics(key=1), NOW, params) is None
 
 
+def test_floors_from_full_client_links_only_raise_what_is_known():
+    """Rates clients measured behind a full access link are floors: alone they lift
+    the probe only when above it; next to the history of rates the mirror set,
+    only when newer and higher."""
+    params = only("throughput")
+    probe = dict(probe_throughput_bps=30e6, probe_ts=NOW - 600)
+
+    def rate(**kw: float) -> float | None:
+        return expected_rate_bps(MirrorMetrics(key=1, **kw), NOW, params)
+
+    assert rate(**probe, throughput_floor_bps=4e6, throughput_floor_ts=NOW) == 30e6
+    assert rate(**probe, throughput_floor_bps=45e6, throughput_floor_ts=NOW) == 45e6
+    assert rate(throughput_floor_bps=4e6, throughput_floor_ts=NOW) == 4e6  # nothing else known
+    hist = dict(throughput_bps=12e6, throughput_ts=NOW - 60)
+    assert rate(**probe, **hist, throughput_floor_bps=20e6, throughput_floor_ts=NOW) == 20e6
+    # (older than the history: the mirror may have slowed since)
+    assert rate(**probe, **hist, throughput_floor_bps=20e6, throughput_floor_ts=NOW - 120) == 12e6
+    assert rate(**probe, **hist, throughput_floor_bps=5e6, throughput_floor_ts=NOW) == 12e6
+    stale = NOW - params.stale_after_s - 1
+    assert rate(**probe, throughput_floor_bps=45e6, throughput_floor_ts=stale) == 30e6
+    # The ranking's throughput variable is the same figure.
+    ranks = rank_mirrors([
+        MirrorMetrics(key=1, **probe, throughput_floor_bps=4e6, throughput_floor_ts=NOW),
+        MirrorMetrics(key=2, throughput_bps=10e6, throughput_ts=NOW),
+    ], params=params, now=NOW)
+    assert by_key(ranks)[1].suitability == pytest.approx(0.75)
+
+
 def test_predicted_time_eq3_paper_coefficients():
     # Paper 004 eq. 3: t = 247.44 / BW(Mbps) + 344 * RTT(s)
     pred = PredictorCoefficients(247.44, 344.0)

@@ -26,7 +26,10 @@ from pftp_coordinator.models import (
 )
 from pftp_coordinator.planner import plan_assignments
 from pftp_coordinator.ranking_inputs import SnapshotCache, build_snapshot
-from pftp_wire.models import AssignmentRequest
+from pftp_coordinator.services.reports import access_limited, record_report
+from pftp_wire.models import AssignmentRequest, DownloadReport
+from pftp_wire.models import MirrorReport as WireMirrorReport
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -425,3 +428,75 @@ def test_connections_a_clients_trials_kept_reach_the_answer(factory):
     )
     got = {e.mirror: e.connections for e in [*resp.assignments, *resp.backups]}
     assert got == {"alpha": 4, "beta": 3, "gamma": 1}
+
+
+def _report(access_bps: int | None, rates: dict[str, float]) -> DownloadReport:
+    return DownloadReport(
+        file="a.iso", size=1000, seconds=1.0, sha256_ok=True, access_bandwidth_bps=access_bps,
+        mirrors=[WireMirrorReport(mirror=name, bytes=500, seconds=1.0, throughput_bps=bps)
+                 for name, bps in rates.items()],
+    )
+
+
+def test_access_limited_is_the_flows_filling_the_clients_link():
+    assert access_limited(_report(4_000_000, {"alpha": 3.8e6}))
+    assert access_limited(_report(10_000_000, {"alpha": 4.5e6, "beta": 4.5e6}))
+    assert not access_limited(_report(100_000_000, {"alpha": 40e6, "beta": 20e6}))
+    assert not access_limited(_report(None, {"alpha": 3.8e6}))  # link unknown
+    bad = _report(4_000_000, {"alpha": 1e6, "beta": 3e6})
+    bad.mirrors[1].bad_data = True  # (bytes that failed verification carried nothing)
+    assert not access_limited(bad)
+
+
+def test_a_slow_clients_full_link_does_not_make_mirrors_look_slow(factory):
+    """A client behind a 4 Mbit/s link gets 3.8 from alpha, which the prober reads
+    at 40: its report is a floor, and the next client is still told ~40. A client
+    whose link was not full sets alpha's history; a newer floor above it raises it."""
+    with factory() as s:
+        ids = populate(s)
+        a = ids["alpha"]
+        s.add(PathProbe(mirror_id=a, ts=ago(600), method="ftp-range", ok=True,
+                        throughput_bps=40e6))
+        s.commit()
+    with factory() as s:
+        record_report(s, report=_report(4_000_000, {"alpha": 3.8e6}), penalty_ttl_s=60,
+                      now=ago(60))
+        s.commit()
+    with factory() as s:
+        snap = build_snapshot(s, now=T, half_life_s=HL, stale_after_s=6 * 3600)
+    ma = snap.mirrors[a].metrics
+    assert ma.throughput_floor_bps == pytest.approx(3.8e6 * 0.5 ** (60 / HL))
+    assert ma.throughput_floor_ts == pytest.approx(T - 60)
+    settings = Settings(min_portion_bytes=1, max_mirrors=3, backup_count=3)
+    req = AssignmentRequest(file="a.iso", protocols=["ftp"], access_bandwidth_bps=1_000_000_000)
+    rng = random.Random(1)
+
+    def expected() -> dict[str, float | None]:
+        snap = build_snapshot(s, now=T, half_life_s=HL, stale_after_s=6 * 3600)
+        resp = plan_assignments(snap, req, settings=settings, request_rate_rps=0, rng=rng, now=T)
+        return {e.mirror: e.expected_bps for e in [*resp.assignments, *resp.backups]}
+
+    with factory() as s:
+        # The probes' mean (8 fresh, 2 a half-life old, 40 ten minutes old), not
+        # the slow client's 3.8.
+        got = expected()["alpha"]
+        assert got == pytest.approx(snap.mirrors[a].metrics.probe_throughput_bps)
+        assert got is not None and got > 3.8e6
+        # beta's history (30 and 10 Mbit/s, from clients with no link figure) is
+        # untouched by alpha's floor.
+        assert expected()["beta"] == pytest.approx(35e6 / 1.5)
+    with factory() as s:
+        # A client on a fast link sets alpha's history at 12; then a 25 Mbit/s
+        # client's full link carries 20 from it: a newer floor above the history.
+        record_report(s, report=_report(1_000_000_000, {"alpha": 12e6}), penalty_ttl_s=60,
+                      now=ago(40))
+        s.commit()
+        assert expected()["alpha"] == pytest.approx(12e6)
+        record_report(s, report=_report(25_000_000, {"alpha": 20e6, "beta": 3e6}),
+                      penalty_ttl_s=60, now=ago(20))
+        s.commit()
+        assert expected()["alpha"] == pytest.approx(20e6 * 0.5 ** (20 / HL))
+        # beta's floor of 3 is below its history: the history stands.
+        assert expected()["beta"] == pytest.approx(35e6 / 1.5)
+        rows = s.scalars(select(MirrorReport.access_limited).order_by(MirrorReport.id)).all()
+        assert rows[-4:] == [True, False, True, True]

@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
@@ -221,6 +222,11 @@ class MirrorReport(Base):
     # connections to the mirror the client's own trials kept (None: not said, or
     # none tried: those the coordinator advised are not the client's finding)
     connections: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The client's access link was full (services/reports.py, access_limited): this
+    # rate is the mirror's share of that link, a floor of what the mirror gives.
+    access_limited: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false()
+    )
     reported_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     download: Mapped[Download] = relationship(back_populates="mirror_reports")

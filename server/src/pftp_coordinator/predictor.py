@@ -108,6 +108,8 @@ def collect_samples(session: Session, *, now: datetime, half_life_s: float) -> l
             MirrorReport.bytes > 0,
             MirrorReport.seconds > 0,
             MirrorReport.bad_data.is_(False),
+            # (a full access link set that time, not the path the fit is about)
+            MirrorReport.access_limited.is_(False),
         )
         .order_by(MirrorReport.reported_at.desc())
         .limit(MAX_REPORTS)

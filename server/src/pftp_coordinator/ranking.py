@@ -118,6 +118,9 @@ class MirrorMetrics:
     utilization_ts: float | None = None
     throughput_bps: float | None = None  # client-reported history
     throughput_ts: float | None = None
+    # rates reported by clients whose access link was full: floors (ranking_inputs)
+    throughput_floor_bps: float | None = None
+    throughput_floor_ts: float | None = None
     demand: float | None = None  # scarcity load, see module docstring
 
 
@@ -181,7 +184,6 @@ def _variable_values(
     out: dict[str, tuple[float, float]] = {}
     c_probe = _confidence(m.probe_ts, now, params)
     c_util = _confidence(m.utilization_ts, now, params)
-    c_hist = _confidence(m.throughput_ts, now, params)
     # Path bandwidth as in probes.aggregate.PathSummary (and so the eq. 3 fit):
     # the ranged-read throughput when known, else the packet-train capacity.
     bw = _clean(m.probe_throughput_bps) or _clean(m.capacity_bps)
@@ -204,30 +206,58 @@ def _variable_values(
         mem = _clean(m.memory_percent)
         if mem is not None:
             out["memory"] = (min(mem, 100.0), c_util)
-    if c_hist > 0:
-        tp = _clean(m.throughput_bps)
-        if tp is not None:
-            out["throughput"] = (tp, c_hist)
+    reported = _reported_rate(m, now, params)
+    if reported is not None:
+        out["throughput"] = reported
     demand = _clean(m.demand)
     if demand is not None:
         out["demand"] = (demand, 1.0)
     return out
 
 
-def expected_rate_bps(m: MirrorMetrics, now: float, params: RankingParams) -> float | None:
-    """Best guess of the rate a client gets from this mirror: client-reported
-    history, else the prober's throughput read, else path capacity; stale data
-    does not count."""
-    if _confidence(m.throughput_ts, now, params) > 0:
-        tp = _clean(m.throughput_bps)
-        if tp:
-            return tp
+def _probed_rate(m: MirrorMetrics, now: float, params: RankingParams) -> float | None:
+    """The prober's throughput read, else path capacity; None when stale."""
     if _confidence(m.probe_ts, now, params) > 0:
         for v in (m.probe_throughput_bps, m.capacity_bps):
             c = _clean(v)
             if c:
                 return c
     return None
+
+
+def _newer(a: float | None, b: float | None) -> bool:
+    """Is time ``a`` at least as new as ``b``? (None: age unknown, taken as fresh.)"""
+    return (math.inf if a is None else a) >= (math.inf if b is None else b)
+
+
+def _reported_rate(
+    m: MirrorMetrics, now: float, params: RankingParams
+) -> tuple[float, float] | None:
+    """(rate, confidence) clients got from this mirror: the history of rates the
+    mirror set, raised by a newer floor (a client's full link carried more from it
+    since). With floors only, the floor or the probed rate, whichever is higher: a
+    client on a slow link says only that the mirror gives at least its share."""
+    c_hist = _confidence(m.throughput_ts, now, params)
+    c_floor = _confidence(m.throughput_floor_ts, now, params)
+    hist = _clean(m.throughput_bps) if c_hist > 0 else None
+    floor = _clean(m.throughput_floor_bps) if c_floor > 0 else None
+    if hist is not None:
+        if floor is not None and floor > hist and _newer(m.throughput_floor_ts, m.throughput_ts):
+            return floor, c_floor
+        return hist, c_hist
+    if floor is None:
+        return None
+    return max(floor, _probed_rate(m, now, params) or 0.0), c_floor
+
+
+def expected_rate_bps(m: MirrorMetrics, now: float, params: RankingParams) -> float | None:
+    """Best guess of the rate a client gets from this mirror: client-reported
+    history (with floors from clients on full links, _reported_rate), else the
+    prober's throughput read, else path capacity; stale data does not count."""
+    reported = _reported_rate(m, now, params)
+    if reported is not None and reported[0] > 0:
+        return reported[0]
+    return _probed_rate(m, now, params)
 
 
 def weight_vector(params: RankingParams) -> np.ndarray:

@@ -15,7 +15,9 @@ Per refresh (a handful of aggregate queries, output O(mirrors)):
   open that many connections to the mirror at once), and those of the newest
   client report that says how many its own trials kept;
 * utilization: the latest sample per mirror younger than ``stale_after_s``;
-* client throughput history: half-life-weighted mean of mirror_reports;
+* client throughput history: half-life-weighted mean of mirror_reports, apart
+  from those a full access link limited (services/reports.py): floors, of which
+  the highest counts, halved every half-life of its age;
 * the latest PredictorFit and the unexpired CongestionPenalty pairs.
 
 The replica map (100,000 files x ~15 replicas) is the expensive part. It is
@@ -245,25 +247,34 @@ def load_mirror_metrics(
         )
 
     r = MirrorReport
-    q = (
-        select(
-            r.mirror_id,
-            func.max(r.reported_at).label("newest"),
-            *_decayed_mean_cols(session, r, r.reported_at, [r.throughput_bps], now, half_life_s),
+    # Rates measured behind a full access link are the mirror's share of that link:
+    # floors, kept apart from the history of rates the mirror itself set. Each is
+    # a lower bound, so the highest counts, halved every half-life of its age.
+    floor = func.max(
+        r.throughput_bps * _pow2(session, -(literal_column(repr(float(now)))
+                                            - _epoch_expr(session, r.reported_at))
+                                 / float(half_life_s))
+    ).label("throughput_bps")
+    for limited, value, ts in ((False, "throughput_bps", "throughput_ts"),
+                               (True, "throughput_floor_bps", "throughput_floor_ts")):
+        rate = (floor if limited else _decayed_mean_cols(
+            session, r, r.reported_at, [r.throughput_bps], now, half_life_s)[0])
+        q = (
+            select(r.mirror_id, func.max(r.reported_at).label("newest"), rate)
+            .where(
+                r.mirror_id.is_not(None),
+                r.bytes > 0,
+                r.bad_data.is_(False),
+                r.access_limited.is_(limited),
+                r.reported_at > cutoff,
+                r.reported_at <= now_dt,
+            )
+            .group_by(r.mirror_id)
         )
-        .where(
-            r.mirror_id.is_not(None),
-            r.bytes > 0,
-            r.bad_data.is_(False),
-            r.reported_at > cutoff,
-            r.reported_at <= now_dt,
-        )
-        .group_by(r.mirror_id)
-    )
-    for row in session.execute(q):
-        out.setdefault(row.mirror_id, {}).update(
-            throughput_bps=row.throughput_bps, throughput_ts=_ts(row.newest)
-        )
+        for row in session.execute(q):
+            out.setdefault(row.mirror_id, {}).update(
+                {value: row.throughput_bps, ts: _ts(row.newest)}
+            )
 
     # Connections a client's own trials kept: the newest report that says.
     said = and_(

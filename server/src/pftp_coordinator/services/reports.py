@@ -4,6 +4,11 @@ They feed two ranking inputs: the per-mirror throughput history (rows in
 mirror_reports, read by the ranking-input snapshot) and congestion penalties
 (paper 001, Shared-Con-Algo: mirrors a client found behind one congested link
 are not assigned together until the penalty expires).
+
+A client whose access link was full (access_limited) measured its link, not the
+mirrors: each mirror's rate is then its share of the link. Those rows are kept
+apart, as floors (ranking_inputs.py), so that one client on a slow link does not
+make the mirrors look slow to every other client of the coordinator.
 """
 
 from __future__ import annotations
@@ -20,6 +25,22 @@ from pftp_coordinator.models import CongestionPenalty, Download, File, Mirror, M
 from pftp_coordinator.services.errors import InvalidInput
 
 MAX_MIRRORS_PER_REPORT = 256
+# The flows together carried this share of the client's access bandwidth: the link,
+# not the mirrors, limited them (a full link carries ~0.95 of its rate; a measured
+# figure is off by several percent either way).
+ACCESS_FULL_SHARE = 0.8
+
+
+def access_limited(report: DownloadReport) -> bool:
+    """Did the client's access link limit the download? The mirrors' steady rates
+    summed (they ran side by side) against the access bandwidth the client gave.
+    Flows that ran one after another (a backup taking over) only add to the sum:
+    the error is toward "limited", which only makes the rates floors."""
+    access = report.access_bandwidth_bps
+    if not access or access <= 0:
+        return False
+    carried = sum(m.throughput_bps for m in report.mirrors if m.bytes > 0 and not m.bad_data)
+    return carried >= ACCESS_FULL_SHARE * access
 
 
 def congestion_pairs(report: DownloadReport, mirror_ids: dict[str, int]) -> set[tuple[int, int]]:
@@ -93,6 +114,7 @@ def record_report(
         names.update(m.congested_with)
     ids = _mirror_ids(session, names)
     file_id = session.scalar(select(File.id).where(File.name == report.file))
+    limited = access_limited(report)
     download = Download(
         request_id=report.request_id,
         file_id=file_id,
@@ -117,6 +139,7 @@ def record_report(
                 bad_data=m.bad_data,
                 congested_with=list(m.congested_with) or None,
                 connections=m.connections,
+                access_limited=limited,
                 reported_at=now,
             )
             for m in report.mirrors
