@@ -129,8 +129,8 @@ def test_far_mirrors_get_less_so_that_all_finish_together():
     rates = [5e6, 10e6, 20e6, 40e6]
     rtts = [0.02, 0.16, 0.04, 0.08]
     starts = [start_delay_s(r, t) for r, t in zip(rates, rtts, strict=True)]
-    assert starts[0] == pytest.approx(0.12, abs=0.001)  # 6 round trips, no ramp at 5 Mbit/s
-    assert starts[3] > 6 * 0.08  # plus slow start at 40 Mbit/s over 80 ms
+    assert starts[0] == pytest.approx(0.10, abs=0.001)  # 5 round trips, no ramp at 5 Mbit/s
+    assert starts[3] > 5 * 0.08  # plus slow start at 40 Mbit/s over 80 ms
     weights = finish_together_weights(size, rates, starts)
     portions = split_portions(size, weights)
     assert sum(p.length for p in portions) == size
@@ -155,12 +155,12 @@ def test_a_mirror_that_would_start_after_the_end_gets_nothing():
 
 
 def test_an_http_mirror_starts_two_round_trips_sooner_than_an_ftp_one():
-    from pftp_coordinator.portions import setup_round_trips, start_delay_s
+    from pftp_coordinator.portions import SETUP_ROUND_TRIPS, setup_round_trips, start_delay_s
 
-    assert setup_round_trips("ftp://m/pub/") == 6
-    assert setup_round_trips("http://m/pub/") == 4
-    assert setup_round_trips("HTTPS://m/pub/") == 5  # TLS's handshake
-    assert setup_round_trips("") == 6
+    assert setup_round_trips("ftp://m/pub/") == SETUP_ROUND_TRIPS == 5
+    assert setup_round_trips("http://m/pub/") == 3
+    assert setup_round_trips("HTTPS://m/pub/") == 4  # TLS's handshake
+    assert setup_round_trips("") == SETUP_ROUND_TRIPS
     ftp = start_delay_s(40e6, 0.08, setup_round_trips("ftp://m/"))
     http = start_delay_s(40e6, 0.08, setup_round_trips("http://m/"))
     assert ftp - http == pytest.approx(2 * 0.08)

@@ -23,11 +23,16 @@ from dataclasses import dataclass
 
 from pftp_wire.tcp_model import slow_start_s
 
-# Round trips from a client's first packet to a mirror until that mirror's first
-# byte of data over FTP: connect, greeting, USER+PASS, TYPE+SIZE+EPSV, then
-# REST+RETR with the data connection's handshake (2). Measured in the lab with
-# delay lines: 6 round trips apart between mirrors 20 and 80 ms away.
-SETUP_ROUND_TRIPS = 6
+# Round trips a mirror starts behind one next door, before its slow start: the
+# client's first byte from an FTP mirror comes 4 round trips after its connect
+# began (connect; greeting with the pipelined login's replies; the data
+# connection with REST+RETR; the first data: notes/ftp-pipelining.md), and a real
+# sender's window grows slower than slow_start_s's doubling by about one more
+# (notes/wide-area-floor.md). Fitted in the lab: four 20 Mbit/s mirrors 5-300 ms
+# away started 0, 0.43, 1.3 and 2.8 s late in effect (5 gives 0.03, 0.36, 1.30,
+# 2.91); 6, the count before the pipelined login, left the far ones idle at the
+# end (1.29x against 1.24x; wide-area 1.136x against 1.128x; 4: 1.246x, 1.142x).
+SETUP_ROUND_TRIPS = 5
 # Over HTTP the first byte comes two round trips sooner (connect, then the GET:
 # no login, no data connection); TLS adds one (1.3's handshake).
 HTTP_SETUP_ROUND_TRIPS = SETUP_ROUND_TRIPS - 2
