@@ -169,6 +169,18 @@ class EngineConfig:
     # moves (_dark): a loss-recovery timeout backs off from 0.2 s, a link that went
     # down stays silent.
     dark_after_s: float = 1.0
+    # A flow whose range ended in a silence takes no one else's work (_stalled_idle),
+    # but gets a trial range once its connection answered again (_trial_range): a
+    # link back up, a server that froze for a while. Left idle, a 40 Mbit/s mirror
+    # back from a flapping link sat out the rest of the download (sweep "flap"). The
+    # first trial comes trial_wait_s after the stall; each that goes silent too
+    # doubles the wait (up to trial_wait_max_s) and is taken back. A trial is
+    # trial_s of the flow's rate before the silence, and only with trial_min_left_s
+    # of work left at the aggregate's rate, so that one taken back costs no tail.
+    trial_wait_s: float = 1.0
+    trial_wait_max_s: float = 8.0
+    trial_s: float = 1.0
+    trial_min_left_s: float = 3.0
     # Flows found to share a congested link with no backup to take their place are
     # parked (see drop_flows); if the flows left then carry less than this share of
     # what all carried before, within park_probation_s, the parked ones resume.
@@ -441,6 +453,7 @@ class Lane:
     # Queued: its transfer was begun ahead on the flow's spare connection (the
     # flow's next_lane) while the lane before it ran (Engine._queue_next).
     ahead: bool = False
+    trial: bool = False  # a stalled flow's trial range (Engine._trial_range)
 
 
 @dataclass(eq=False)
@@ -477,6 +490,11 @@ class Flow:
     # The rate before the lane in progress, and until when it stands in (see warm_up).
     warm_rate: float | None = None
     warm_until: float = -1e9
+    # Its last range ended in a silence: its rate up to then, when it may have a
+    # trial range, and the wait before the one after (Engine._trial_range).
+    rate_before_stall: float | None = None
+    trial_after: float = -1e9
+    trial_wait: float = 0.0  # 0: the first wait (EngineConfig.trial_wait_s)
     # Bytes and seconds of the monitoring intervals that one lane spent wholly past
     # its warm-up (MirrorStats.steady_bps).
     steady_bytes: int = 0
@@ -2752,6 +2770,10 @@ class DownloadEngine:
                 rng = self._untaken_range(flow, stalled)
                 if rng is not None:
                     return self._new_lane(flow, "normal", *rng)
+                if stalled:
+                    trial = self._trial_range(flow)
+                    if trial is not None:
+                        return trial
                 move = None if flow.from_zero or stalled else self._plan_tail(flow)
                 if isinstance(move, Steal):
                     return self._new_lane(flow, "normal", *self._steal(flow, move))
@@ -2806,6 +2828,78 @@ class DownloadEngine:
             if r is None or r > 0:
                 return True
         return False
+
+    def _note_stall(self, flow: Flow, lane: Lane, before: float | None, now: float) -> None:
+        """Lock held, a lane's fetch just returned: did it end in a silence (its
+        rate froze at 0, RateMeter.stop), or was it a trial that never had a byte?
+        Then the flow's next trial range waits its turn (_trial_range), twice as
+        long as the last; a lane that ended with data flowing resets the wait."""
+        if lane.kind != "normal" or (lane.first_byte is None and not lane.trial):
+            return
+        if lane.first_byte is not None and flow.rate.rate(now) != 0:
+            flow.trial_wait = 0.0
+            return
+        if before:
+            flow.rate_before_stall = before
+        wait = flow.trial_wait or self.cfg.trial_wait_s
+        flow.trial_after = now + wait
+        flow.trial_wait = min(2 * wait, self.cfg.trial_wait_max_s)
+
+    def _trial_range(self, flow: Flow) -> Lane | None:
+        """Lock held: a stalled flow (_stalled_idle) whose connection answered again
+        (its fetch returned: the transfer was stopped and the control connection
+        resynchronised) gets a small range after its wait: the pool's first bytes,
+        or a steal from the lane that finishes last, of trial_s at its rate before
+        the silence. Data again, and its meter takes it from there; silent again,
+        and the monitor takes the range back (_take_back_trials)."""
+        now = self._clock()
+        rate = flow.rate_before_stall or (flow.mirror.expected_bps or 0.0) / 8
+        agg = self._aggregate.rate(now)
+        if (
+            now < flow.trial_after or rate <= 0 or flow.from_zero or not agg
+            or self._work_left_s(agg) < self.cfg.trial_min_left_s
+        ):
+            return None
+        size = max(self.split_grid.piece_size, int(rate * self.cfg.trial_s))
+        first = self.pool.first()
+        if first is not None:
+            rng = (first[0], min(first[1], self.split_grid.align_up(first[0] + size)))
+            self.pool.remove(*rng)
+        else:
+            # (planned at its rate before, lent as a warm rate: rate_estimate)
+            flow.warm_rate, flow.warm_until = rate, now + 0.5
+            move = self._plan_tail(flow)
+            if not isinstance(move, Steal):
+                return None
+            split = self.split_grid.align_up(move.end - size)
+            if move.split < split < move.end:
+                move = replace(move, split=split)
+            rng = self._steal(flow, move)
+        flow.trial_after = float("inf")  # (until this one ends: _note_stall)
+        self._event("retry", flow, f"its last range ended in a silence; a trial range "
+                    f"[{rng[0]}, {rng[1]}) at its rate before, {rate * 8 / 1e6:.2f} Mbit/s")
+        lane = self._new_lane(flow, "normal", *rng)
+        lane.trial = True
+        return lane
+
+    def _take_back_trials(self, now: float) -> None:
+        """Lock held, every monitor round: a trial range whose flow is silent again
+        (_dark, or no first byte within as long) goes back to the pool at once: the
+        slow rule would wait for two rounds, and a small range is never cut."""
+        for lane in list(self.lanes.values()):
+            flow = lane.flow
+            if not lane.trial or lane is not flow.lane or lane.reserved >= lane.owned_end:
+                continue
+            since = max(flow.last_data, lane.requested_at or now)
+            if now - since <= max(self.cfg.dark_after_s, 2 * flow.gap_s):
+                continue
+            old_end = lane.owned_end
+            lane.end.lower_to(lane.reserved)
+            lane.owned_end = lane.reserved
+            self.pool.add(lane.reserved, old_end)
+            self._event("slow", flow, f"silent again: [{lane.reserved}, {old_end}) of its "
+                        "trial range handed over")
+            self._lock.notify_all()
 
     def _steal(self, flow: Flow, move: Steal) -> tuple[int, int]:
         """Lock held: carry out a planned steal; the range taken."""
@@ -3064,9 +3158,12 @@ class DownloadEngine:
         except TransferError as exc:
             error = exc
         finally:
+            # (its rate up to its last byte, before a silence wears it down)
+            before = flow.rate.rate(flow.last_data) if lane.first_byte is not None else None
             flow.rate.stop(self._clock())
             with self._lock:
                 now = self._clock()
+                self._note_stall(flow, lane, before, now)
                 flow.stats.seconds += now - t_start
                 flow.fetch_started = None
                 # (a failed fetch's time is its failure's, not a switch's)
@@ -3672,6 +3769,7 @@ class DownloadEngine:
                     )
                     self._start_backup()
                     self._lock.notify_all()
+                self._take_back_trials(now)
                 self._top_up(now)
                 self._judge_stream(now)
                 self._try_stream(now)
