@@ -490,9 +490,10 @@ class Flow:
     # The rate before the lane in progress, and until when it stands in (see warm_up).
     warm_rate: float | None = None
     warm_until: float = -1e9
-    # Its last range ended in a silence: its rate up to then, when it may have a
+    # Its rate when a monitor round last found it receiving (a silence wears the
+    # meter down to 0); after a range that ended in a silence, when it may have a
     # trial range, and the wait before the one after (Engine._trial_range).
-    rate_before_stall: float | None = None
+    lit_rate: float | None = None
     trial_after: float = -1e9
     trial_wait: float = 0.0  # 0: the first wait (EngineConfig.trial_wait_s)
     # Bytes and seconds of the monitoring intervals that one lane spent wholly past
@@ -2829,7 +2830,7 @@ class DownloadEngine:
                 return True
         return False
 
-    def _note_stall(self, flow: Flow, lane: Lane, before: float | None, now: float) -> None:
+    def _note_stall(self, flow: Flow, lane: Lane, now: float) -> None:
         """Lock held, a lane's fetch just returned: did it end in a silence (its
         rate froze at 0, RateMeter.stop), or was it a trial that never had a byte?
         Then the flow's next trial range waits its turn (_trial_range), twice as
@@ -2839,8 +2840,6 @@ class DownloadEngine:
         if lane.first_byte is not None and flow.rate.rate(now) != 0:
             flow.trial_wait = 0.0
             return
-        if before:
-            flow.rate_before_stall = before
         wait = flow.trial_wait or self.cfg.trial_wait_s
         flow.trial_after = now + wait
         flow.trial_wait = min(2 * wait, self.cfg.trial_wait_max_s)
@@ -2853,7 +2852,7 @@ class DownloadEngine:
         the silence. Data again, and its meter takes it from there; silent again,
         and the monitor takes the range back (_take_back_trials)."""
         now = self._clock()
-        rate = flow.rate_before_stall or (flow.mirror.expected_bps or 0.0) / 8
+        rate = flow.lit_rate or (flow.mirror.expected_bps or 0.0) / 8
         agg = self._aggregate.rate(now)
         if (
             now < flow.trial_after or rate <= 0 or flow.from_zero or not agg
@@ -3158,12 +3157,10 @@ class DownloadEngine:
         except TransferError as exc:
             error = exc
         finally:
-            # (its rate up to its last byte, before a silence wears it down)
-            before = flow.rate.rate(flow.last_data) if lane.first_byte is not None else None
             flow.rate.stop(self._clock())
             with self._lock:
                 now = self._clock()
-                self._note_stall(flow, lane, before, now)
+                self._note_stall(flow, lane, now)
                 flow.stats.seconds += now - t_start
                 flow.fetch_started = None
                 # (a failed fetch's time is its failure's, not a switch's)
@@ -3679,6 +3676,8 @@ class DownloadEngine:
                 self._check_parkings(now)
                 for f in self.flows.values():
                     f.gap_s *= 0.8
+                    if now - f.last_data < self._stall_gap(f):
+                        f.lit_rate = f.rate.rate(now) or f.lit_rate
                 self._judge_lead(now)
                 # (judged on an aggregate window that starts after the verdict: the
                 # slow start before it is no reason to let the others in)
