@@ -172,7 +172,8 @@ class EngineConfig:
     # A flow whose range ended in a silence takes no one else's work (_stalled_idle),
     # but gets a trial range once its connection answered again (_trial_range): a
     # link back up, a server that froze for a while. Left idle, a 40 Mbit/s mirror
-    # back from a flapping link sat out the rest of the download (sweep "flap"). The
+    # back from a 4 s link outage sat out the rest of the download (sweep
+    # "freeze-long": 1.39x the bound, 1.05x with trials; notes/SESSION-38.md). The
     # first trial comes trial_wait_s after the stall; each that goes silent too
     # doubles the wait (up to trial_wait_max_s) and is taken back. A trial is
     # trial_s of the flow's rate before the silence, and only with trial_min_left_s
