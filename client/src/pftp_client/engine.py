@@ -2831,19 +2831,21 @@ class DownloadEngine:
                 return True
         return False
 
-    def _note_stall(self, flow: Flow, lane: Lane, now: float) -> None:
+    def _note_stall(self, flow: Flow, lane: Lane, now: float) -> bool:
         """Lock held, a lane's fetch just returned: did it end in a silence (its
         rate froze at 0, RateMeter.stop), or was it a trial that never had a byte?
         Then the flow's next trial range waits its turn (_trial_range), twice as
-        long as the last; a lane that ended with data flowing resets the wait."""
+        long as the last; a lane that ended with data flowing resets the wait.
+        True when it ended in a silence."""
         if lane.kind != "normal" or (lane.first_byte is None and not lane.trial):
-            return
+            return False
         if lane.first_byte is not None and flow.rate.rate(now) != 0:
             flow.trial_wait = 0.0
-            return
+            return False
         wait = flow.trial_wait or self.cfg.trial_wait_s
         flow.trial_after = now + wait
         flow.trial_wait = min(2 * wait, self.cfg.trial_wait_max_s)
+        return True
 
     def _trial_range(self, flow: Flow) -> Lane | None:
         """Lock held: a stalled flow (_stalled_idle) whose connection answered again
@@ -3161,13 +3163,15 @@ class DownloadEngine:
             flow.rate.stop(self._clock())
             with self._lock:
                 now = self._clock()
-                self._note_stall(flow, lane, now)
+                stalled = self._note_stall(flow, lane, now)
                 flow.stats.seconds += now - t_start
                 flow.fetch_started = None
-                # (a failed fetch's time is its failure's, not a switch's)
+                # (a failed fetch's time is its failure's, not a switch's; nor is a
+                # silence's: 6 s of a link outage, counted in, made the next ranges'
+                # switch cost seconds, and the mirror stole nothing at the end)
                 flow.wound_down_s = (
                     max(0.0, now - flow.last_data)
-                    if error is None and lane.first_byte is not None else 0.0
+                    if error is None and lane.first_byte is not None and not stalled else 0.0
                 )
         with self._lock:
             if lane.kind == "repair":
