@@ -33,15 +33,20 @@ def paced_dtp(bytes_per_s: int, burst: int = 32 * 1024) -> type[ThrottledDTPHand
             if self._started is None:
                 self._started = now
             self._datacount += len_chunk
-            sleep_s = self._due(self._started, self._datacount, max_speed) - now
-            if sleep_s <= 0.001:
-                return
+            due = self._due(self._started, self._datacount, max_speed)
+            if due - now > 0.001:
+                self._hold_until(due)
+
+        def _hold_until(self, t: float) -> None:
+            """Send nothing until monotonic time ``t`` (``inf``: never again)."""
 
             def wake() -> None:
                 self.add_channel(events=self.ioloop.READ if self.receive else self.ioloop.WRITE)
 
             self.del_channel()
             self._cancel_throttler()
-            self._throttler = self.ioloop.call_later(sleep_s, wake, _errback=self.handle_error)
+            if t != float("inf"):
+                self._throttler = self.ioloop.call_later(
+                    max(0.0, t - time.monotonic()), wake, _errback=self.handle_error)
 
     return PacedDTP

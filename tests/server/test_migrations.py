@@ -84,72 +84,60 @@ def _columns(url: str, table: str) -> set[str]:
         engine.dispose()
 
 
-def test_0002_adds_path_probe_connections_and_keeps_rows(db_url: str) -> None:
-    migrate.upgrade(db_url, "0001")
-    assert "connections" not in _columns(db_url, "path_probes")
+_MIRROR = ("INSERT INTO mirrors (name, enabled, state, consecutive_failures, created_at)"
+           " VALUES ('m', true, 'up', 0, CURRENT_TIMESTAMP)")
+_PROBE = ("INSERT INTO path_probes (mirror_id, ts, method, ok, samples, throughput_bps)"
+          " SELECT id, CURRENT_TIMESTAMP, 'ftp-range', true, 1, 8e6 FROM mirrors")
+_DOWNLOAD = ("INSERT INTO downloads (file_name, size, seconds, sha256_ok, reported_at)"
+             " VALUES ('f', 10, 1.0, true, CURRENT_TIMESTAMP)")
+_REPORT = ("INSERT INTO mirror_reports (download_id, mirror_name, bytes, seconds,"
+           " throughput_bps, failures, slow, congested, bad_data, reported_at)"
+           " SELECT id, 'm', 10, 1.0, 80.0, 0, false, false, false, CURRENT_TIMESTAMP"
+           " FROM downloads")
+
+
+def _adds_a_column_and_keeps_rows(
+    db_url: str, *, before: str, after: str, table: str, column: str, kept: str,
+    seed: list[str],
+) -> list[tuple]:
+    """Upgrade to ``before``, write ``seed``, upgrade to ``after`` (``column`` added
+    to ``table``) and back: rows kept both ways. (``kept``, ``column``) of each row
+    after the upgrade."""
+    migrate.upgrade(db_url, before)
+    assert column not in _columns(db_url, table)
     engine = create_db_engine(db_url)
     try:
         with engine.begin() as conn:
-            conn.execute(text("INSERT INTO mirrors (name, enabled, state, consecutive_failures,"
-                              " created_at) VALUES ('m', true, 'up', 0, CURRENT_TIMESTAMP)"))
-            conn.execute(text("INSERT INTO path_probes (mirror_id, ts, method, ok, samples,"
-                              " throughput_bps) SELECT id, CURRENT_TIMESTAMP, 'ftp-range', true,"
-                              " 1, 8e6 FROM mirrors"))
-        migrate.upgrade(db_url, "0002")
+            for sql in seed:
+                conn.execute(text(sql))
+        migrate.upgrade(db_url, after)
         with engine.connect() as conn:
-            rows = conn.execute(text("SELECT throughput_bps, connections FROM path_probes")).all()
-        assert [tuple(r) for r in rows] == [(8e6, None)]  # old rows: not known
-        migrate.downgrade(db_url, "0001")
-        assert "connections" not in _columns(db_url, "path_probes")
+            rows = [tuple(r) for r in conn.execute(text(f"SELECT {kept}, {column} FROM {table}"))]
+        migrate.downgrade(db_url, before)
+        assert column not in _columns(db_url, table)
         with engine.connect() as conn:
-            assert conn.execute(text("SELECT count(*) FROM path_probes")).scalar() == 1
+            assert conn.execute(text(f"SELECT count(*) FROM {table}")).scalar() == len(rows)
+        return rows
     finally:
         engine.dispose()
+
+
+def test_0002_adds_path_probe_connections_and_keeps_rows(db_url: str) -> None:
+    rows = _adds_a_column_and_keeps_rows(
+        db_url, before="0001", after="0002", table="path_probes", column="connections",
+        kept="throughput_bps", seed=[_MIRROR, _PROBE])
+    assert rows == [(8e6, None)]  # old rows: not known
 
 
 def test_0003_adds_mirror_report_connections_and_keeps_rows(db_url: str) -> None:
-    migrate.upgrade(db_url, "0002")
-    assert "connections" not in _columns(db_url, "mirror_reports")
-    engine = create_db_engine(db_url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text("INSERT INTO downloads (file_name, size, seconds, sha256_ok,"
-                              " reported_at) VALUES ('f', 10, 1.0, true, CURRENT_TIMESTAMP)"))
-            conn.execute(text("INSERT INTO mirror_reports (download_id, mirror_name, bytes,"
-                              " seconds, throughput_bps, failures, slow, congested, bad_data,"
-                              " reported_at) SELECT id, 'm', 10, 1.0, 80.0, 0, false, false,"
-                              " false, CURRENT_TIMESTAMP FROM downloads"))
-        migrate.upgrade(db_url, "0003")
-        with engine.connect() as conn:
-            rows = conn.execute(text("SELECT bytes, connections FROM mirror_reports")).all()
-        assert [tuple(r) for r in rows] == [(10, None)]  # old rows: not said
-        migrate.downgrade(db_url, "0002")
-        assert "connections" not in _columns(db_url, "mirror_reports")
-        with engine.connect() as conn:
-            assert conn.execute(text("SELECT count(*) FROM mirror_reports")).scalar() == 1
-    finally:
-        engine.dispose()
+    rows = _adds_a_column_and_keeps_rows(
+        db_url, before="0002", after="0003", table="mirror_reports", column="connections",
+        kept="bytes", seed=[_DOWNLOAD, _REPORT])
+    assert rows == [(10, None)]  # old rows: not said
 
 
 def test_0004_adds_mirror_report_access_limited_and_keeps_rows(db_url: str) -> None:
-    migrate.upgrade(db_url, "0003")
-    assert "access_limited" not in _columns(db_url, "mirror_reports")
-    engine = create_db_engine(db_url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text("INSERT INTO downloads (file_name, size, seconds, sha256_ok,"
-                              " reported_at) VALUES ('f', 10, 1.0, true, CURRENT_TIMESTAMP)"))
-            conn.execute(text("INSERT INTO mirror_reports (download_id, mirror_name, bytes,"
-                              " seconds, throughput_bps, failures, slow, congested, bad_data,"
-                              " reported_at) SELECT id, 'm', 10, 1.0, 80.0, 0, false, false,"
-                              " false, CURRENT_TIMESTAMP FROM downloads"))
-        migrate.upgrade(db_url, "0004")
-        with engine.connect() as conn:
-            rows = conn.execute(text("SELECT bytes, access_limited FROM mirror_reports")).all()
-        assert [tuple(r) for r in rows] == [(10, False)]  # old rows: the mirror's rate
-        migrate.downgrade(db_url, "0003")
-        assert "access_limited" not in _columns(db_url, "mirror_reports")
-        with engine.connect() as conn:
-            assert conn.execute(text("SELECT count(*) FROM mirror_reports")).scalar() == 1
-    finally:
-        engine.dispose()
+    rows = _adds_a_column_and_keeps_rows(
+        db_url, before="0003", after="0004", table="mirror_reports", column="access_limited",
+        kept="bytes", seed=[_DOWNLOAD, _REPORT])
+    assert rows == [(10, False)]  # old rows: the mirror's rate

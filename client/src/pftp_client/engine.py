@@ -2863,13 +2863,15 @@ class DownloadEngine:
         ):
             return None
         size = max(self.split_grid.piece_size, int(rate * self.cfg.trial_s))
+        # (its rate before, lent while the range warms up (warm_up), and to plan a
+        # steal at: the meter's 0 would be both a thief that fetches nothing and a
+        # victim that other flows steal the trial from)
+        flow.warm_rate, flow.warm_until = rate, now + 0.5
         first = self.pool.first()
         if first is not None:
             rng = (first[0], min(first[1], self.split_grid.align_up(first[0] + size)))
             self.pool.remove(*rng)
         else:
-            # (planned at its rate before, lent as a warm rate: rate_estimate)
-            flow.warm_rate, flow.warm_until = rate, now + 0.5
             move = self._plan_tail(flow)
             if not isinstance(move, Steal):
                 return None
@@ -2892,13 +2894,9 @@ class DownloadEngine:
             flow = lane.flow
             if not lane.trial or lane is not flow.lane or lane.reserved >= lane.owned_end:
                 continue
-            since = max(flow.last_data, lane.requested_at or now)
-            if now - since <= max(self.cfg.dark_after_s, 2 * flow.gap_s):
+            if not self._dark(flow, now, since=max(flow.last_data, lane.requested_at or now)):
                 continue
-            old_end = lane.owned_end
-            lane.end.lower_to(lane.reserved)
-            lane.owned_end = lane.reserved
-            self.pool.add(lane.reserved, old_end)
+            old_end = self._hand_over(lane, lane.reserved)
             self._event("slow", flow, f"silent again: [{lane.reserved}, {old_end}) of its "
                         "trial range handed over")
             self._lock.notify_all()
@@ -3034,13 +3032,23 @@ class DownloadEngine:
             return 0.0
         return lane.flow.rate_estimate(now)
 
-    def _dark(self, flow: Flow, now: float) -> bool:
+    def _dark(self, flow: Flow, now: float, since: float | None = None) -> bool:
         """Silent for dark_after_s and twice the longest pause it has shown (a
         server that sends in bursts): its link is down or its server froze. Its
         meter still reads the seconds before (3 s window), and a thief left it the
         share that rate would fetch: 1.85 MB that sat until the end (blackhole
-        sweep, a 40 Mbit/s mirror at 60 ms)."""
-        return now - flow.last_data > max(self.cfg.dark_after_s, 2 * flow.gap_s)
+        sweep, a 40 Mbit/s mirror at 60 ms). ``since``: silent from then (a
+        request not answered yet), not from its last byte."""
+        quiet = now - (flow.last_data if since is None else since)
+        return quiet > max(self.cfg.dark_after_s, 2 * flow.gap_s)
+
+    def _hand_over(self, lane: Lane, at: int) -> int:
+        """Lock held: cut ``lane`` at ``at`` and put the rest in the pool; its old end."""
+        old_end = lane.owned_end
+        lane.end.lower_to(at)
+        lane.owned_end = at
+        self.pool.add(at, old_end)
+        return old_end
 
     def _keep_spare(self, flow: Flow, now: float) -> None:
         """Lock held: ask the flow's transport for a spare connection when its
@@ -3759,11 +3767,8 @@ class DownloadEngine:
                         split = self.grid.align_up(split)
                     if split >= lane.owned_end:
                         continue
-                    old_end = lane.owned_end
-                    lane.end.lower_to(split)
-                    lane.owned_end = split
+                    old_end = self._hand_over(lane, split)
                     flow.last_cut = now
-                    self.pool.add(split, old_end)
                     self._event(
                         "slow",
                         flow,

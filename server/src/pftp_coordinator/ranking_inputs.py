@@ -168,9 +168,14 @@ def _pow2(session: Session, x):  # type: ignore[no-untyped-def]
     return func.power(2.0, x)
 
 
-def _decayed_mean_cols(session: Session, table, ts_col, cols, now: float, half_life_s: float):  # type: ignore[no-untyped-def]
+def _decay(session: Session, ts_col, now: float, half_life_s: float):  # type: ignore[no-untyped-def]
+    """2^(-age / half-life) of each row, age from its ``ts_col`` to ``now``."""
     age = literal_column(repr(float(now))) - _epoch_expr(session, ts_col)
-    w = _pow2(session, -age / float(half_life_s))
+    return _pow2(session, -age / float(half_life_s))
+
+
+def _decayed_mean_cols(session: Session, table, ts_col, cols, now: float, half_life_s: float):  # type: ignore[no-untyped-def]
+    w = _decay(session, ts_col, now, half_life_s)
     if hasattr(table, "samples"):
         w = w * table.samples
     out = []
@@ -251,9 +256,7 @@ def load_mirror_metrics(
     # floors, kept apart from the history of rates the mirror itself set. Each is
     # a lower bound, so the highest counts, halved every half-life of its age.
     floor = func.max(
-        r.throughput_bps * _pow2(session, -(literal_column(repr(float(now)))
-                                            - _epoch_expr(session, r.reported_at))
-                                 / float(half_life_s))
+        r.throughput_bps * _decay(session, r.reported_at, now, half_life_s)
     ).label("throughput_bps")
     for limited, value, ts in ((False, "throughput_bps", "throughput_ts"),
                                (True, "throughput_floor_bps", "throughput_floor_ts")):

@@ -32,16 +32,6 @@ def _pausing_dtp(after: int, pause_s: float) -> tuple[type, dict[str, Any]]:
     class Pausing(base):  # type: ignore[misc, valid-type]
         _resumed = False
 
-        def _hold_until(self, t: float) -> None:
-            self.del_channel()
-            self._cancel_throttler()
-            if t != float("inf"):
-                def wake() -> None:
-                    self.add_channel(events=self.ioloop.WRITE)
-
-                self._throttler = self.ioloop.call_later(
-                    max(0.0, t - time.monotonic()), wake, _errback=self.handle_error)
-
         def send(self, data: bytes) -> int:
             now = time.monotonic()
             with state["lock"]:
