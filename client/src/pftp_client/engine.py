@@ -56,6 +56,7 @@ from pftp_client.lead import (
     rate_after_recovery,
 )
 from pftp_client.part_file import PartFile
+from pftp_client.path_check import PathCheck
 from pftp_client.pieces import PieceGrid, split_unit
 from pftp_client.plan import MirrorSource, Plan
 from pftp_client.ranges import MAX_ROUNDS, ROUND_BLOCK_BYTES, RangeOwners, RangeSet, deal_in_rounds
@@ -182,6 +183,14 @@ class EngineConfig:
     trial_wait_max_s: float = 8.0
     trial_s: float = 1.0
     trial_min_left_s: float = 3.0
+    # A flow silent this long (and 4 round trips, and twice its longest pause) has
+    # its path checked with new connections to its server (path_check.py). One that
+    # got through after one that did not says the path was down and is back, while
+    # the transfer's connection waits out TCP's backoff: the transfer is renewed on
+    # a new one (_path_answered). Sweep "flap" (a 40 Mbit/s mirror's link down three
+    # times for 0.64 s): its connection stayed silent 0.35-1.44 s after each.
+    path_check: bool = True
+    path_check_after_s: float = 0.5
     # Flows found to share a congested link with no backup to take their place are
     # parked (see drop_flows); if the flows left then carry less than this share of
     # what all carried before, within park_probation_s, the parked ones resume.
@@ -497,6 +506,10 @@ class Flow:
     lit_rate: float | None = None
     trial_after: float = -1e9
     trial_wait: float = 0.0  # 0: the first wait (EngineConfig.trial_wait_s)
+    # The silence (its last_data) whose path was checked, and when a check found
+    # the path back after it had been down (Engine._path_answered).
+    path_checked: float = -1e9
+    path_back_at: float = -1e9
     # Bytes and seconds of the monitoring intervals that one lane spent wholly past
     # its warm-up (MirrorStats.steady_bps).
     steady_bytes: int = 0
@@ -684,6 +697,7 @@ class DownloadEngine:
         # mirror -> its extra connections on probation (several mirrors at once
         # only with room on a known access link: otherwise their gains mix)
         self._stream_trials: dict[str, StreamTrial] = {}
+        self._path_checks: dict[str, PathCheck] = {}  # flow id -> its check under way
         self._no_streams: set[str] = set()  # mirrors an extra connection did not help
         # mirrors whose kept trial scaled their rate with their connections: the
         # next round doubles them (no signal needed)
@@ -2821,8 +2835,8 @@ class DownloadEngine:
         or none yet): it takes no one else's work, by pool, steal or race, at the
         rate it had before the stall (warm_up would lend it that rate)."""
         now = self._clock()
-        if flow.rate.rate(now) != 0:
-            return False
+        if flow.rate.rate(now) != 0 or flow.path_back_at >= flow.last_data:
+            return False  # (its path came back: _path_answered lent it its rate)
         for f in self.flows.values():
             if f is flow or not f.alive or f.cancel.is_set() or f.parked or f.standby:
                 continue
@@ -2839,6 +2853,11 @@ class DownloadEngine:
         True when it ended in a silence."""
         if lane.kind != "normal" or (lane.first_byte is None and not lane.trial):
             return False
+        if flow.path_back_at >= flow.last_data:
+            # (the path answered a new connection during this silence: the next
+            # range at once, and the wait before a trial stays as it was)
+            flow.trial_after = now
+            return True
         if lane.first_byte is not None and flow.rate.rate(now) != 0:
             flow.trial_wait = 0.0
             return False
@@ -2885,6 +2904,112 @@ class DownloadEngine:
         lane = self._new_lane(flow, "normal", *rng)
         lane.trial = True
         return lane
+
+    def _path_checks_due(self, now: float) -> float | None:
+        """Lock held, from the monitor's wait: start a path check (path_check.py)
+        for each flow whose transfer has been silent long enough; when the next
+        one is due."""
+        due: float | None = None
+        for flow in self.flows.values():
+            lane = flow.lane
+            if (
+                flow.id in self._path_checks
+                or flow.path_checked == flow.last_data
+                or lane is None
+                or lane.kind != "normal"
+                or lane.first_byte is None
+                or flow.fetch_started is None
+                or not flow.alive
+                or flow.cancel.is_set()
+            ):
+                continue
+            address = getattr(flow.fetcher, "peer_address", lambda: None)()
+            if address is None:
+                continue
+            rtt = self._path_rtt(flow)
+            at = flow.last_data + max(self.cfg.path_check_after_s, 4 * rtt, 2 * flow.gap_s)
+            if at > now:
+                due = at if due is None else min(due, at)
+                continue
+            since = flow.path_checked = flow.last_data
+            self._path_checks[flow.id] = PathCheck(
+                address,
+                rtt_s=rtt,
+                name=f"pftp-path-{flow.id}",
+                quiet=lambda f=flow, t=since: self._still_silent(f, t),
+                answered=lambda n, _began, f=flow, t=since, g=flow.gap_s: self._path_answered(
+                    f, t, n, g
+                ),
+            ).start()
+        return due
+
+    def _still_silent(self, flow: Flow, since: float) -> bool:
+        """Whether ``flow`` has had no data since ``since`` and may still use it
+        (a path check goes on). Thread-safe."""
+        with self._lock:
+            on = (
+                flow.last_data == since
+                and flow.alive
+                and not flow.cancel.is_set()
+                and not self._finished
+                and self._abort is None
+            )
+            if not on:
+                self._path_checks.pop(flow.id, None)
+            return on
+
+    def _path_answered(self, flow: Flow, since: float, failures: int, gap_s: float) -> None:
+        """A path check of ``flow``, silent since ``since``, got a connection through
+        after ``failures`` that did not. None failed: the path was up all along and
+        the silence is the server's; the rules for those go on. Else the path was
+        down and is back, and the transfer's connection waits out TCP's backoff:
+        the range it was fetching is cut where it is and handed over (its flow
+        takes the pool's work first), its transport drops what waits on that
+        connection (interrupt: a blocked read, an ABOR), and a flow waiting for a
+        trial range (_note_stall) gets one at once. ``gap_s``: its longest pause
+        before the silence."""
+        with self._lock:
+            self._path_checks.pop(flow.id, None)
+            if failures:
+                # (an outage, not a server that sends in bursts: had the data come
+                # back first, its silence would hold off the next check: _dark)
+                flow.gap_s = min(flow.gap_s, gap_s)
+            if flow.last_data != since or self._finished or not flow.alive:
+                return
+            now = self._clock()
+            if not failures:
+                _LOG.debug(
+                    "%s: silent %.2f s, its server took a new connection at once",
+                    flow.id,
+                    now - since,
+                )
+                return
+            flow.path_back_at = now
+            # (its next range is planned at its rate before the silence, which the
+            # meter may have forgotten: as a new lane's, warm_up)
+            flow.warm_rate = flow.lit_rate or flow.warm_rate
+            flow.warm_until = now + self._warm_up_s(flow)
+            lane, cut = flow.lane, ""
+            if (
+                lane is not None
+                and flow.fetch_started is not None
+                and lane.kind == "normal"
+                and lane.reserved < lane.owned_end
+            ):
+                old_end = self._hand_over(lane, lane.reserved)
+                cut = f"; [{lane.reserved}, {old_end}) handed over"
+            self._event(
+                "retry",
+                flow,
+                f"silent {now - since:.2f} s; its path is back (a new "
+                f"connection got through after {failures} that did not): a new "
+                f"transfer{cut}",
+            )
+            flow.trial_after = min(flow.trial_after, now)
+            self._lock.notify_all()
+        interrupt = getattr(flow.fetcher, "interrupt", None)
+        if interrupt is not None and flow.fetch_started is not None:
+            interrupt()
 
     def _take_back_trials(self, now: float) -> None:
         """Lock held, every monitor round: a trial range whose flow is silent again
@@ -3642,6 +3767,8 @@ class DownloadEngine:
             self._stop_lanes()
             for f in self.flows.values():
                 f.cancel.set()
+            for check in self._path_checks.values():
+                check.stop()
             self._lock.notify_all()
 
     def _event(self, kind: EventKind, flow: Flow, detail: str) -> None:
@@ -3682,6 +3809,10 @@ class DownloadEngine:
                         judge = self._trials_due(now)
                         if judge is not None:
                             due = judge if due is None else min(due, judge)
+                    if self.cfg.path_check:
+                        check = self._path_checks_due(now)
+                        if check is not None:
+                            due = check if due is None else min(due, check)
                     self._lock.wait(left if due is None else min(left, max(0.01, due - now)))
                 if self._finished or self._abort is not None:
                     return

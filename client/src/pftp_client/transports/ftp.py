@@ -40,6 +40,7 @@ from collections import namedtuple
 from collections.abc import Callable
 
 from pftp_client.lazy import LazyLogger
+from pftp_client.path_check import peer_address
 from pftp_client.plain_url import plain_url_parts
 from pftp_client.transports.base import (
     WAITED_NS,
@@ -71,8 +72,9 @@ _FULL_SERVER_WORDS = ("maximum", "too many", "try again", "try later", "limit", 
 log = LazyLogger(__name__)  # (logging is not imported before the first connect)
 
 RECV_BUFSIZE = 256 * 1024
-# How often a blocked receive wakes up to look at the cancel event.
-_POLL_SECONDS = 0.25
+# How often a blocked receive wakes up to look at the cancel event and its end
+# (lowered under a silent transfer when its path is back: Engine._path_answered).
+_POLL_SECONDS = 0.1
 # Longest reply line we accept (RFC 959 has no limit; 8 KiB is generous).
 _MAX_LINE = 8192
 # Replies to read while resynchronising after an abort before giving up.
@@ -624,6 +626,11 @@ class FtpFetcher:
         self._closed = False
         self._ever_connected = False
         self._lock = threading.Lock()
+        # The server's control address (peer_address), and the control connection
+        # an ABOR waits on (interrupt).
+        self._peer: tuple[int, tuple] | None = None
+        self._aborting: _Control | None = None
+        self._interrupted: _Control | None = None
         self.reconnects = 0  # control connections opened after the first; for reports/tests
         # The transfer in progress, for committed_end (read from other threads).
         self._active: tuple[socket.socket, int] | None = None  # (data socket, its offset)
@@ -1039,7 +1046,25 @@ class FtpFetcher:
                     self.reconnects += 1
                 self._ever_connected = True
                 self._ctrl = ctrl
+                self._peer = peer_address(ctrl.sock) or self._peer
         return self._ctrl
+
+    def peer_address(self) -> tuple[int, tuple] | None:
+        """(family, address) of the server's control port as last connected: where
+        path_check.PathCheck tries new connections. Thread-safe."""
+        return self._peer
+
+    def interrupt(self) -> None:
+        """An ABOR under way gives up at once and the control connection is dropped
+        (the next range logs in again). For a transfer cut while its path was down:
+        the ABOR went out then, and its answer waits on TCP's backoff, seconds
+        after the path is back (Engine._path_answered). Thread-safe; nothing to do
+        when no ABOR is waiting."""
+        with self._lock:
+            ctrl = self._interrupted = self._aborting
+        if ctrl is not None:
+            with contextlib.suppress(OSError):  # (closed meanwhile: the ABOR is over)
+                ctrl.sock.shutdown(socket.SHUT_RDWR)
 
     def _drop_control(self, ctrl: _Control | None = None) -> None:
         with self._lock:
@@ -1713,6 +1738,8 @@ class FtpFetcher:
                 raise _ControlLost("abort took too long")
             return ctrl.reply(timeout=remaining)
 
+        with self._lock:
+            self._aborting = ctrl
         try:
             ctrl.send("ABOR")
             if not _abor_reply(next_reply()):
@@ -1728,8 +1755,12 @@ class FtpFetcher:
                 self._absorb_passive(ctrl, passive, next_reply())
             return True
         except _ControlLost as exc:
-            self._note_pipelining_failure(exc)
+            if self._interrupted is not ctrl:  # (our own doing: no fault of the server's)
+                self._note_pipelining_failure(exc)
             log.info("%s: control connection dropped after abort: %s", self._where(), exc)
+        finally:
+            with self._lock:
+                self._aborting = None
         self._drop_control(ctrl)
         return False
 

@@ -9,6 +9,7 @@ answers 200) and by the total in ``Content-Range``.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import queue
 import socket
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit
 
 import httpcore
 import httpx
+from pftp_client.path_check import peer_address
 from pftp_client.transports.base import (
     WAITED_NS,
     Cancelled,
@@ -53,6 +55,8 @@ __all__ = ["HttpFetcher", "parse_content_range", "status_error"]
 # connection warmed by keep_spare counts as ready for _WARM_FOR_S of it.
 _KEEPALIVE_EXPIRY_S = 5.0
 _WARM_FOR_S = 4.0
+# How often a fetch waiting on a range begun ahead looks at its end and the cancel.
+_POLL_S = 0.1
 
 
 class _StaggeredBackend(httpcore.SyncBackend):
@@ -167,6 +171,8 @@ class HttpFetcher:
         self._closed = False
         self._sock: socket.socket | None = None  # the last response's, for path_rtt
         self._rtt: float | None = None  # the last RTT read from one (path_rtt)
+        self._peer: tuple[int, tuple] | None = None  # its server's address (peer_address)
+        self._reading: socket.socket | None = None  # the one fetch reads (interrupt)
         # (time.monotonic() of a head start's GET, its (arrival, bytes so far)) once a
         # fetch took it over: the engine's lead judge reads on from them, as FTP's
         self.head_history: tuple[float, list[tuple[float, int]]] | None = None
@@ -206,6 +212,8 @@ class HttpFetcher:
                 self._check_response(resp, offset)
                 self._keep_socket(resp)
                 self._vet()
+                with self._lock:
+                    self._reading = self._sock
                 called = time.monotonic_ns()
                 for chunk in resp.iter_raw():
                     arrival = time.monotonic_ns()
@@ -222,7 +230,12 @@ class HttpFetcher:
                         return pos - offset
                     called = time.monotonic_ns()
         except httpx.HTTPError as exc:
+            if pos >= end.value:  # (its end was lowered, and the read interrupted)
+                return pos - offset
             raise self._error_at(exc, pos, offset) from exc
+        finally:
+            with self._lock:
+                self._reading = None
         if pos < end.value:
             raise PrematureEnd(f"{self.url}: body ended at byte {pos} before {end.value}")
         return pos - offset
@@ -239,7 +252,25 @@ class HttpFetcher:
         sock = stream.get_extra_info("socket") if stream is not None else None
         if isinstance(sock, socket.socket):
             self._sock = sock
+            self._peer = peer_address(sock) or self._peer
             self.path_rtt()  # (read while it is open: the path's RTT outlives it)
+
+    def peer_address(self) -> tuple[int, tuple] | None:
+        """(family, address) of the server the last response came from (after any
+        redirect): where path_check.PathCheck tries new connections. Thread-safe."""
+        return self._peer
+
+    def interrupt(self) -> None:
+        """The response ``fetch`` reads is shut down, so that a read waiting on a
+        silent connection returns at once: for a range cut while its path was down
+        (Engine._path_answered), whose connection would stay silent through TCP's
+        backoff. The fetch then ends without error when it has all its (lowered)
+        end asks for. Thread-safe; nothing to do between responses."""
+        with self._lock:
+            sock = self._reading
+        if sock is not None:
+            with contextlib.suppress(OSError):  # (closed meanwhile: nothing to wake)
+                sock.shutdown(socket.SHUT_RDWR)
 
     def waited_reads(self) -> tuple[int, int]:
         """(reads that waited for data, bytes they returned) over this fetcher's
@@ -344,6 +375,8 @@ class HttpFetcher:
             return
         self._next = head
         self._sock = head.sock  # (the path's RTT, as a response's: _keep_socket)
+        if head.sock is not None:
+            self._peer = peer_address(head.sock) or self._peer
         self.path_rtt()
 
     def head_progress(self) -> tuple[float, list[tuple[float, int]], float | None] | None:
@@ -391,15 +424,20 @@ class HttpFetcher:
             self.head_history = (nxt.requested_at, nxt.arrivals())
         nxt.claimed = True
         try:
+            last = time.monotonic()
             while pos < end.value:
                 if cancel.is_set() or self._closed:
                     raise Cancelled(f"{self.url}: cancelled at byte {pos}")
                 try:
-                    item = nxt.chunks.get(timeout=self.stall_timeout)
+                    # (a short wait: an end lowered under a silent transfer is seen)
+                    item = nxt.chunks.get(timeout=_POLL_S)
                 except queue.Empty:
-                    raise StallError(
-                        f"{self.url}: no data for {self.stall_timeout:g}s at byte {pos}"
-                    ) from None
+                    if time.monotonic() - last >= self.stall_timeout:
+                        raise StallError(
+                            f"{self.url}: no data for {self.stall_timeout:g}s at byte {pos}"
+                        ) from None
+                    continue
+                last = time.monotonic()
                 if isinstance(item, BaseException):
                     if isinstance(item, TransferError):
                         raise item
