@@ -509,7 +509,7 @@ class Flow:
     # The silence (its last_data) whose path was checked, and when a check found
     # the path back after it had been down (Engine._path_answered).
     path_checked: float = -1e9
-    path_back_at: float = -1e9
+    path_back_at: float = float("-inf")  # (before any last_data)
     # Bytes and seconds of the monitoring intervals that one lane spent wholly past
     # its warm-up (MirrorStats.steady_bps).
     steady_bytes: int = 0
@@ -2923,11 +2923,15 @@ class DownloadEngine:
                 or flow.cancel.is_set()
             ):
                 continue
+            at = flow.last_data + max(self.cfg.path_check_after_s, 2 * flow.gap_s)
+            if at > now:  # (most calls: the round trip is read only past this)
+                due = at if due is None else min(due, at)
+                continue
             address = getattr(flow.fetcher, "peer_address", lambda: None)()
             if address is None:
                 continue
             rtt = self._path_rtt(flow)
-            at = flow.last_data + max(self.cfg.path_check_after_s, 4 * rtt, 2 * flow.gap_s)
+            at = max(at, flow.last_data + 4 * rtt)
             if at > now:
                 due = at if due is None else min(due, at)
                 continue

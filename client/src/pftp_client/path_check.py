@@ -16,13 +16,16 @@ and the rules for those go on. The check ends once the flow is heard from again.
 
 from __future__ import annotations
 
-import logging
 import socket
 import threading
 import time
 from collections.abc import Callable
 
-_LOG = logging.getLogger(__name__)
+from pftp_client.lazy import LazyLogger
+
+# (the transports import this module on the way to the first connect: logging
+# loads only when a check logs, pftp_client.lazy)
+_LOG = LazyLogger(__name__)
 
 # A check's first connection waits this long (or 3 round trips) before it counts
 # as failed; each one after waits 1.5 times longer, up to MAX_WAIT_S: a link back
