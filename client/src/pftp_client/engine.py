@@ -2876,6 +2876,11 @@ class DownloadEngine:
         now = self._clock()
         rate = flow.lit_rate or (flow.mirror.expected_bps or 0.0) / 8
         agg = self._aggregate.rate(now)
+        check = self._path_checks.get(flow.id)
+        if check is not None and check.failures:
+            # (its path is down as far as new connections tell: a trial would go
+            # silent too, and the check calls it once the path is back)
+            return None
         if (
             now < flow.trial_after or rate <= 0 or flow.from_zero or not agg
             or self._work_left_s(agg) < self.cfg.trial_min_left_s

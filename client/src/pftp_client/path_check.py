@@ -87,6 +87,7 @@ class PathCheck:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.tries = 0
+        self.failures = 0  # tries that did not get through (so far: the path is down)
 
     def start(self) -> PathCheck:
         self._thread.start()
@@ -100,7 +101,6 @@ class PathCheck:
 
     def _run(self) -> None:
         wait = self.first_wait_s
-        failures = 0
         while not self._stopped.is_set() and self._quiet():
             began = self._clock()
             self.tries += 1
@@ -109,9 +109,9 @@ class PathCheck:
                        "through" if ok else "not through", self._clock() - began)
             if ok:
                 if not self._stopped.is_set():
-                    self._answered(failures, began)
+                    self._answered(self.failures, began)
                 return
-            failures += 1
+            self.failures += 1
             # (refused or unreachable at once: the next try a whole wait later)
             self._stopped.wait(max(0.0, wait - (self._clock() - began)))
             wait = min(self.max_wait_s, wait * 1.5)
