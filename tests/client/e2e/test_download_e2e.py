@@ -563,7 +563,9 @@ def test_congestion_hook_drops_flow_and_backup_takes_over(
     tmp_path, ftp_mirrors, canned_coordinator
 ):
     data = os.urandom(4 * 1024 * 1024 + 1)
-    m = ftp_mirrors({"f.bin": data}, 3, throttle={1: 512 * 1024})
+    # (m0 held to 1 MB/s too: unthrottled, it could finish the file before the
+    # engine attached the detector, under a loaded CI, and nothing was dropped)
+    m = ftp_mirrors({"f.bin": data}, 3, throttle={0: 1024 * 1024, 1: 512 * 1024})
     coord = canned_coordinator(
         200, _answer(data, [m[0].url("f.bin"), m[1].url("f.bin")], backups=[m[2].url("f.bin")])
     )
