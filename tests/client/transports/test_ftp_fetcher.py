@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -9,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 from pftp_client.transports.base import (
     Cancelled,
@@ -650,3 +652,59 @@ def test_ipv6_loopback(kind, start_pyftpd, start_vsftpd, start_proftpd, ipv6_loo
         assert fetch(f, 0, len(data)) == data
         assert f.reconnects == 0
 
+
+
+def test_interrupt_gives_up_an_abor_the_server_does_not_answer(start_vsftpd) -> None:
+    """A transfer gone silent (the session's processes stopped: as a link down) and
+    cut where it is: its ABOR gets no answer. ``interrupt`` (Engine._path_answered,
+    once the path is back) drops the control connection at once instead of waiting
+    out the reply timeout; the fetch returns what it delivered, without error, and
+    the next range logs in again."""
+    server = start_vsftpd(anon_max_rate=1_000_000)
+    data = payload(4_000_000, seed=13)
+    server.put("big.bin", data)
+    f = fetcher(server.url("big.bin"), bufsize=16_384, timeout=20.0, stall_timeout=20.0)
+    sink = Collector(100)
+    result: dict[str, object] = {}
+    end = RangeEnd(len(data))
+
+    def run() -> None:
+        try:
+            result["n"] = f.fetch(100, end, sink, threading.Event())
+        except TransferError as exc:
+            result["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        assert sink.flowing.wait(30)
+        sessions = [psutil.Process(pid) for pid in server.session_pids()]
+        assert sessions
+        for p in sessions:
+            p.suspend()
+        try:
+            seen, quiet_since = len(sink.data), time.monotonic()
+            while time.monotonic() - quiet_since < 0.5:
+                time.sleep(0.05)
+                if len(sink.data) != seen:
+                    seen, quiet_since = len(sink.data), time.monotonic()
+            pos = 100 + seen
+            end.lower_to(pos)
+            t.join(1.0)
+            assert t.is_alive()  # (its ABOR is out, unanswered)
+            began = time.monotonic()
+            f.interrupt()
+            t.join(10)
+            took = time.monotonic() - began
+        finally:
+            for p in sessions:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    p.resume()
+        assert "error" not in result, result
+        assert result["n"] == pos - 100 and took < 5.0
+        assert bytes(sink.data) == data[100:pos]
+        assert fetch(f, 10, 20) == data[10:20]
+        assert f.reconnects == 1 and f.pipeline  # (no fault of the server's pipelining)
+    finally:
+        t.join(30)
+        f.close()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ssl
 import threading
+import time
 
+import psutil
 import pytest
 from pftp_client.transports.base import (
     Cancelled,
@@ -231,3 +234,55 @@ def test_the_paths_rtt_outlives_the_connection_it_was_read_on(nginx_server) -> N
         rtt = f.path_rtt()
         assert rtt is not None and rtt > 0
     assert f.path_rtt() == rtt  # its connections are closed now
+
+
+def test_interrupt_ends_a_silent_transfer_whose_end_was_lowered(start_nginx) -> None:
+    """A transfer gone silent (nginx's workers stopped: as a link down) and cut where it
+    is: ``interrupt`` (Engine._path_answered, once the path is back) ends the waiting
+    read at once, and the fetch returns what it delivered, without error. Without it,
+    the read would wait for the stall timeout."""
+    server = start_nginx(slow_rate="1m")
+    data = payload(4_000_000, seed=12)
+    server.put("f.bin", data)
+    f = fetcher(server.url("f.bin", prefix="slow/"), stall_timeout=20.0, timeout=20.0)
+    sink = Collector(100)
+    result: dict[str, object] = {}
+    end = RangeEnd(len(data))
+
+    def run() -> None:
+        try:
+            result["n"] = f.fetch(100, end, sink, threading.Event())
+        except TransferError as exc:
+            result["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    workers = [psutil.Process(pid) for pid in server.session_pids()]
+    try:
+        assert sink.flowing.wait(30)
+        for w in workers:
+            w.suspend()
+        # (what the socket buffers held still comes: wait until nothing has for 0.5 s)
+        seen, quiet_since = len(sink.data), time.monotonic()
+        while time.monotonic() - quiet_since < 0.5:
+            time.sleep(0.05)
+            if len(sink.data) != seen:
+                seen, quiet_since = len(sink.data), time.monotonic()
+        pos = 100 + seen
+        end.lower_to(pos)
+        t.join(0.5)
+        assert t.is_alive()  # (a lowered end alone does not wake a silent read)
+        began = time.monotonic()
+        f.interrupt()
+        t.join(10)
+        took = time.monotonic() - began
+    finally:
+        for w in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                w.resume()
+        t.join(30)
+        f.close()
+    assert "error" not in result, result
+    assert result["n"] == pos - 100 and took < 5.0
+    assert bytes(sink.data) == data[100:pos]
+    f.interrupt()  # (between responses: nothing to do)
