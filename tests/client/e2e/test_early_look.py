@@ -65,18 +65,25 @@ def test_a_head_starts_bursts_count_from_their_arrival(tmp_path, ftp_mirrors, mo
     # (16 KiB every 25 ms: a burst per receive on loopback, and enough of them)
     url = ftp_mirrors({"b.bin": data}, 1, pace={0: 640 * 1024},
                       pace_burst=16 * 1024)[0].url("b.bin")
-    early.discard_all()
-    try:
-        assert early.start(["get", "--mirror", url]) == 1
-        time.sleep(0.5)  # (the head start reads ~15 bursts meanwhile)
-        s = download(mirrors=[url], output=tmp_path / "b.bin", timeout=30.0,
-                     sha256=hashlib.sha256(data).hexdigest(),
-                     config=dataclasses.replace(CFG, timeout=30.0))
-    finally:
+    # (two tries: in whole CI runs the head start's timing under load missed the
+    # window twice in session 39; alone it never did. A rule that does not work
+    # misses every time.)
+    for attempt in range(2):
+        target = tmp_path / f"b{attempt}.bin"
         early.discard_all()
-    assert (tmp_path / "b.bin").read_bytes() == data
-    assert s.mirrors[0].bytes == len(data)
-    streams = [e for e in s.events if e.kind == "stream"]
+        try:
+            assert early.start(["get", "--mirror", url]) == 1
+            time.sleep(0.5)  # (the head start reads ~15 bursts meanwhile)
+            s = download(mirrors=[url], output=target, timeout=30.0,
+                         sha256=hashlib.sha256(data).hexdigest(),
+                         config=dataclasses.replace(CFG, timeout=30.0))
+        finally:
+            early.discard_all()
+        assert target.read_bytes() == data
+        assert s.mirrors[0].bytes == len(data)
+        streams = [e for e in s.events if e.kind == "stream"]
+        if streams and "bursts" in streams[0].detail:
+            break
     assert streams, s.events
     assert "bursts" in streams[0].detail, streams[0]
     # (here 0.07-0.11 s; counted from the engine's first block, 0.28 s)
