@@ -541,6 +541,11 @@ class Flow:
     long_done: bool = False  # _long_looks is over for it (the rounds' look goes on)
     after_parent: bool = False  # an advised connection: opens after its mirror's first
 
+    @property
+    def path_back(self) -> bool:
+        """Its path check found the path back during this silence (no data since)."""
+        return self.path_back_at >= self.last_data
+
     def rate_estimate(self, now: float) -> float | None:
         r = self.rate.rate(now)
         if self.warm_rate is not None and now < self.warm_until:
@@ -2835,7 +2840,7 @@ class DownloadEngine:
         or none yet): it takes no one else's work, by pool, steal or race, at the
         rate it had before the stall (warm_up would lend it that rate)."""
         now = self._clock()
-        if flow.rate.rate(now) != 0 or flow.path_back_at >= flow.last_data:
+        if flow.rate.rate(now) != 0 or flow.path_back:
             return False  # (its path came back: _path_answered lent it its rate)
         for f in self.flows.values():
             if f is flow or not f.alive or f.cancel.is_set() or f.parked or f.standby:
@@ -2853,7 +2858,7 @@ class DownloadEngine:
         True when it ended in a silence."""
         if lane.kind != "normal" or (lane.first_byte is None and not lane.trial):
             return False
-        if flow.path_back_at >= flow.last_data:
+        if flow.path_back:
             # (the path answered a new connection during this silence: the next
             # range at once, and the wait before a trial stays as it was)
             flow.trial_after = now

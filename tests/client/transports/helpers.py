@@ -1,11 +1,13 @@
-"""What the transport tests share: payloads, an order-checking sink, one range."""
+"""What the transport tests share: payloads, an order-checking sink, one range, a
+fetch on its own thread."""
 
 from __future__ import annotations
 
 import random
 import threading
+import time
 
-from pftp_client.transports.base import RangeEnd, RangeFetcher
+from pftp_client.transports.base import RangeEnd, RangeFetcher, TransferError
 
 FTP_SERVERS = ["pyftpd_server", "vsftpd_server", "pureftpd_server", "proftpd_server"]
 SIZES = [0, 1, 7, 65_537, 3_000_017]
@@ -42,3 +44,32 @@ def with_test_timeouts(cls: type, url: str, **kw):
     kw.setdefault("timeout", 20.0)
     kw.setdefault("stall_timeout", 10.0)
     return cls(url, **kw)
+
+
+def fetch_in_thread(
+    f: RangeFetcher, offset: int, end: RangeEnd, sink: Collector
+) -> tuple[threading.Thread, dict[str, object]]:
+    """``f.fetch`` started on a thread; the dict gets its result ("n") or its
+    TransferError ("error") once it returns."""
+    result: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            result["n"] = f.fetch(offset, end, sink, threading.Event())
+        except TransferError as exc:
+            result["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, result
+
+
+def until_quiet(sink: Collector, quiet_s: float = 0.5) -> int:
+    """Wait until ``sink`` has had no block for ``quiet_s`` (what a stopped server's
+    socket buffers held has come); the bytes it holds then."""
+    seen, quiet_since = len(sink.data), time.monotonic()
+    while time.monotonic() - quiet_since < quiet_s:
+        time.sleep(0.05)
+        if len(sink.data) != seen:
+            seen, quiet_since = len(sink.data), time.monotonic()
+    return seen

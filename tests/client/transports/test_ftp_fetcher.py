@@ -26,7 +26,15 @@ from pftp_client.transports.ftp import KEEPALIVE_S, FtpFetcher
 from pyftpdlib.handlers import FTPHandler, ThrottledDTPHandler
 from pyftpdlib.handlers.ftp.dispatchers import PassiveDTP
 
-from .helpers import SIZES, Collector, fetch, payload, with_test_timeouts
+from .helpers import (
+    SIZES,
+    Collector,
+    fetch,
+    fetch_in_thread,
+    payload,
+    until_quiet,
+    with_test_timeouts,
+)
 
 fetcher = functools.partial(with_test_timeouts, FtpFetcher)
 
@@ -665,17 +673,8 @@ def test_interrupt_gives_up_an_abor_the_server_does_not_answer(start_vsftpd) -> 
     server.put("big.bin", data)
     f = fetcher(server.url("big.bin"), bufsize=16_384, timeout=20.0, stall_timeout=20.0)
     sink = Collector(100)
-    result: dict[str, object] = {}
     end = RangeEnd(len(data))
-
-    def run() -> None:
-        try:
-            result["n"] = f.fetch(100, end, sink, threading.Event())
-        except TransferError as exc:
-            result["error"] = exc
-
-    t = threading.Thread(target=run)
-    t.start()
+    t, result = fetch_in_thread(f, 100, end, sink)
     try:
         assert sink.flowing.wait(30)
         sessions = [psutil.Process(pid) for pid in server.session_pids()]
@@ -683,12 +682,7 @@ def test_interrupt_gives_up_an_abor_the_server_does_not_answer(start_vsftpd) -> 
         for p in sessions:
             p.suspend()
         try:
-            seen, quiet_since = len(sink.data), time.monotonic()
-            while time.monotonic() - quiet_since < 0.5:
-                time.sleep(0.05)
-                if len(sink.data) != seen:
-                    seen, quiet_since = len(sink.data), time.monotonic()
-            pos = 100 + seen
+            pos = 100 + until_quiet(sink)
             end.lower_to(pos)
             t.join(1.0)
             assert t.is_alive()  # (its ABOR is out, unanswered)

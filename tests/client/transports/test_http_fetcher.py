@@ -22,7 +22,15 @@ from pftp_client.transports.base import (
 )
 from pftp_client.transports.http import HttpFetcher, parse_content_range, status_error
 
-from .helpers import SIZES, Collector, fetch, payload, with_test_timeouts
+from .helpers import (
+    SIZES,
+    Collector,
+    fetch,
+    fetch_in_thread,
+    payload,
+    until_quiet,
+    with_test_timeouts,
+)
 
 fetcher = functools.partial(with_test_timeouts, HttpFetcher)
 
@@ -246,29 +254,14 @@ def test_interrupt_ends_a_silent_transfer_whose_end_was_lowered(start_nginx) -> 
     server.put("f.bin", data)
     f = fetcher(server.url("f.bin", prefix="slow/"), stall_timeout=20.0, timeout=20.0)
     sink = Collector(100)
-    result: dict[str, object] = {}
     end = RangeEnd(len(data))
-
-    def run() -> None:
-        try:
-            result["n"] = f.fetch(100, end, sink, threading.Event())
-        except TransferError as exc:
-            result["error"] = exc
-
-    t = threading.Thread(target=run)
-    t.start()
+    t, result = fetch_in_thread(f, 100, end, sink)
     workers = [psutil.Process(pid) for pid in server.session_pids()]
     try:
         assert sink.flowing.wait(30)
         for w in workers:
             w.suspend()
-        # (what the socket buffers held still comes: wait until nothing has for 0.5 s)
-        seen, quiet_since = len(sink.data), time.monotonic()
-        while time.monotonic() - quiet_since < 0.5:
-            time.sleep(0.05)
-            if len(sink.data) != seen:
-                seen, quiet_since = len(sink.data), time.monotonic()
-        pos = 100 + seen
+        pos = 100 + until_quiet(sink)
         end.lower_to(pos)
         t.join(0.5)
         assert t.is_alive()  # (a lowered end alone does not wake a silent read)
