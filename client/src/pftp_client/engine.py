@@ -1181,6 +1181,16 @@ class DownloadEngine:
             if now - t0 < span:
                 due = t0 + span if due is None else min(due, t0 + span)
                 continue
+            cap = (p.at if p.renewed_at is None else p.renewed_at) + self.cfg.park_probation_s
+            if now < cap and any(f.last_data <= t0 for f in left):
+                # One of them has been silent since the mark: a server that sends in
+                # bursts (pyftpdlib's throttle, nginx's limit_rate: one a second or
+                # two) in its first pause, before its gap is known. What it can carry
+                # shows once it is heard from; a silence past the probation is
+                # judged (the parked flow resumes).
+                soon = min(cap, now + 0.05)
+                due = soon if due is None else min(due, soon)
+                continue
             p.judged = True
             rate = sum(f.stats.received - at_mark[f.id] for f in left) / (now - t0)
             why = self._parking_wrong(p, rate)
