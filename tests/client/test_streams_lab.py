@@ -878,14 +878,23 @@ def test_requests_an_http_mirror_refuses_cost_nothing_but_their_attempt(
     that connection goes without retries, its range back to the others; the
     mirror is not counted as failing, and its two connections carry the file.
     (limit_conn counts requests in flight: the first connection's range begun
-    ahead may meet the cap too, and is asked again after a pause.)"""
-    summary = _run_limited(tmp_path, "vsftpd", http=True, max_per_ip=2)
-    refused = _events(summary, "stream", "not taken")
-    print(summary["seconds"], refused, summary["events"])
-    assert refused and all("503" in d for d in refused)
-    assert not _events(summary, "failed")
-    assert all("503" in d for d in _events(summary, "retry"))
-    assert summary["mirrors"][0]["bytes"] == SIZE
+    ahead may meet the cap too, and is asked again after a pause.)
+    Whether the second connection is kept is the trial's judgement on a few
+    seconds' rates: once in a whole CI run its "before" read 16.6 Mbit/s (twice
+    the limit) and it was closed for no gain. That gets a second download; the
+    refusals must be clean in every one."""
+    for k in range(2):
+        where = tmp_path / f"try{k}"
+        where.mkdir()
+        summary = _run_limited(where, "vsftpd", http=True, max_per_ip=2)
+        refused = _events(summary, "stream", "not taken")
+        print(summary["seconds"], refused, summary["events"])
+        assert refused and all("503" in d for d in refused)
+        assert not _events(summary, "failed")
+        assert all("503" in d for d in _events(summary, "retry"))
+        assert summary["mirrors"][0]["bytes"] == SIZE
+        if SIZE / summary["seconds"] > 1.3 * LIMIT or not _events(summary, "stream", "no gain"):
+            break
     assert SIZE / summary["seconds"] > 1.3 * LIMIT  # the second connection carried its share
 
 
