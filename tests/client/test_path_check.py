@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from pftp_client.path_check import PathCheck, peer_address, probe
+from pftp_client.path_check import MAX_WAIT_S, PENDING_S, PathCheck, peer_address, probe
 
 
 def _listener(port: int = 0) -> socket.socket:
@@ -130,11 +130,16 @@ def test_a_flow_heard_from_again_ends_the_check(free_port: int) -> None:
 def test_the_wait_between_tries_grows_to_its_ceiling(free_port: int) -> None:
     got, _done, answered = _answers()
     check = PathCheck(
-        (socket.AF_INET, ("127.0.0.1", free_port)), rtt_s=0.2, quiet=lambda: True,
+        (socket.AF_INET, ("127.0.0.1", free_port)), rtt_s=0.1, quiet=lambda: True,
         answered=answered,
     )
-    # the first wait is 3 round trips (at least MIN_WAIT_S), then x1.5 up to MAX_WAIT_S
-    assert check.first_wait_s == pytest.approx(0.6)
+    # the first wait is 3 round trips (at least MIN_WAIT_S), then x1.5 up to MAX_WAIT_S;
+    # a try is given up after PENDING_S or 3 round trips
+    assert check.first_wait_s == pytest.approx(0.3)
+    assert check.pending_s == pytest.approx(PENDING_S)
+    far = PathCheck((socket.AF_INET, ("127.0.0.1", free_port)), rtt_s=0.6,
+                    quiet=lambda: True, answered=answered)
+    assert far.first_wait_s == pytest.approx(MAX_WAIT_S) and far.pending_s == pytest.approx(1.8)
     check = PathCheck(
         (socket.AF_INET, ("127.0.0.1", free_port)), rtt_s=0.0, quiet=lambda: True,
         answered=answered, min_wait_s=0.04, max_wait_s=0.09,
@@ -144,3 +149,57 @@ def test_the_wait_between_tries_grows_to_its_ceiling(free_port: int) -> None:
     check.join(1.0)
     # 0.04, 0.06, 0.09, 0.09, ...: 5-7 tries in 0.5 s (not 12 at the first wait)
     assert 4 <= check.tries <= 8 and got == []
+
+
+def _full_listener() -> tuple[socket.socket, list[socket.socket]]:
+    """A listener whose accept queue is full: the kernel drops new SYNs, as a path
+    that is down does (no answer at all, not a refusal). Its fillers are returned
+    to close; accepting them makes room again (the path back)."""
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    fillers = []
+    for _ in range(2):
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(srv.getsockname())
+        fillers.append(c)
+    time.sleep(0.05)
+    return srv, fillers
+
+
+def test_a_try_with_no_answer_does_not_hold_the_next_one_up() -> None:
+    """Tries whose SYNs are dropped stay pending (up to pending_s) while new ones
+    start a wait apart: once the path is back, the next try gets through within a
+    wait, not after the pending one gives up; those pending count as failed."""
+    srv, fillers = _full_listener()
+    got, done, answered = _answers()
+    check = PathCheck(
+        (socket.AF_INET, srv.getsockname()), rtt_s=0.0, quiet=lambda: True,
+        answered=answered, min_wait_s=0.1, max_wait_s=0.1, pending_s=5.0,
+    )
+    try:
+        assert not probe((socket.AF_INET, srv.getsockname()), 0.2), "the queue is not full"
+        check.start()
+        time.sleep(0.45)
+        # tries went on a wait apart, all still pending (none given up, none refused)
+        assert not done.is_set() and check.tries >= 4 and check.failures == 0
+        back = time.monotonic()
+        srv.setblocking(False)
+        while True:  # room again: the path is back
+            try:
+                srv.accept()[0].close()
+            except BlockingIOError:
+                break
+        assert done.wait(2.0)
+        seen = time.monotonic() - back
+    finally:
+        check.stop()
+        check.join(2.0)
+        srv.close()
+        for c in fillers:
+            c.close()
+    (failures, began), = got
+    assert failures >= 3 and failures == check.tries - 1
+    # (a single try at a time would have waited out its 5 s)
+    assert seen < 0.5 and began >= back - 0.11

@@ -7,6 +7,12 @@ is back (sweep "flap", a 40 Mbit/s mirror whose link went down three times for
 0.64 s: silent 0.35, 0.77 and 1.44 s after each). A new connection's handshake
 gets through as soon as the path does.
 
+The tries overlap: a new one starts every wait (0.25 s or 3 round trips at
+first, growing to MAX_WAIT_S) while those before are still pending, so a try
+whose SYN was lost does not hold the next one up: the path back is seen within a
+wait and a round trip (one try at a time, each waiting up to a second, saw it up
+to a second late: blackhole-back, silent 2.5 s in three runs, 3.5 s in the fourth).
+
 A check that failed first and then got through says the path was down and is up
 again: the engine renews the flow's transfer on a new connection
 (Engine._path_answered). One that gets through at once says nothing about the
@@ -16,6 +22,8 @@ and the rules for those go on. The check ends once the flow is heard from again.
 
 from __future__ import annotations
 
+import errno
+import select
 import socket
 import threading
 import time
@@ -27,13 +35,17 @@ from pftp_client.lazy import LazyLogger
 # loads only when a check logs, pftp_client.lazy)
 _LOG = LazyLogger(__name__)
 
-# A check's first connection waits this long (or 3 round trips) before it counts
-# as failed; each one after waits 1.5 times longer, up to MAX_WAIT_S: a link back
-# is seen within about a second, and a long outage costs a SYN a second.
+# A check's second try starts this long (or 3 round trips) after its first; each
+# wait after is 1.5 times longer, up to MAX_WAIT_S: a long outage costs two SYNs a
+# second. A try not through within PENDING_S (or 3 round trips) is given up
+# before the kernel sends its SYN again (after 1 s).
 MIN_WAIT_S = 0.25
-MAX_WAIT_S = 1.0
+MAX_WAIT_S = 0.5
+PENDING_S = 0.9
 
 Address = tuple[int, tuple]  # (address family, socket address)
+
+_IN_PROGRESS = {errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY}
 
 
 def peer_address(sock: socket.socket) -> Address | None:
@@ -61,10 +73,11 @@ def probe(address: Address, timeout: float) -> bool:
 
 
 class PathCheck:
-    """New connections to ``address`` one after another, while ``quiet()``, until
-    one is accepted: then ``answered(failures, started)`` with the count of those
-    that were not before it and the clock when the one that was began. Runs on its
-    own thread (``start``); ``stop`` ends it at the next connection."""
+    """New connections to ``address``, a wait apart, while ``quiet()``, until one
+    is accepted: then ``answered(failures, started)`` with the count of the tries
+    before it that had not got through (refused, unreachable, given up or still
+    pending) and the clock when the one that did began. Runs on its own thread
+    (``start``); ``stop`` ends it within a wait."""
 
     def __init__(
         self,
@@ -77,10 +90,12 @@ class PathCheck:
         clock: Callable[[], float] = time.monotonic,
         min_wait_s: float = MIN_WAIT_S,
         max_wait_s: float = MAX_WAIT_S,
+        pending_s: float = PENDING_S,
     ) -> None:
         self.address = address
         self.first_wait_s = min(max_wait_s, max(min_wait_s, 3 * rtt_s))
         self.max_wait_s = max_wait_s
+        self.pending_s = max(pending_s, 3 * rtt_s)
         self._quiet = quiet
         self._answered = answered
         self._clock = clock
@@ -100,18 +115,68 @@ class PathCheck:
         self._thread.join(timeout)
 
     def _run(self) -> None:
+        pending: dict[int, tuple[socket.socket, float, int]] = {}  # fd -> (sock, began, try)
+        poller = select.poll()
+        try:
+            self._tries(pending, poller)
+        finally:
+            for sock, _began, _n in pending.values():
+                sock.close()
+
+    def _tries(self, pending: dict[int, tuple[socket.socket, float, int]],
+               poller: select.poll) -> None:
+        family, sockaddr = self.address
         wait = self.first_wait_s
+        next_at = self._clock()
         while not self._stopped.is_set() and self._quiet():
-            began = self._clock()
-            self.tries += 1
-            ok = probe(self.address, wait)
-            _LOG.debug("path check %d to %s: %s after %.3f s", self.tries, self.address[1],
-                       "through" if ok else "not through", self._clock() - began)
-            if ok:
-                if not self._stopped.is_set():
-                    self._answered(self.failures, began)
-                return
-            self.failures += 1
-            # (refused or unreachable at once: the next try a whole wait later)
-            self._stopped.wait(max(0.0, wait - (self._clock() - began)))
-            wait = min(self.max_wait_s, wait * 1.5)
+            now = self._clock()
+            if now >= next_at:
+                self.tries += 1
+                sock = socket.socket(family, socket.SOCK_STREAM)
+                sock.setblocking(False)
+                err = sock.connect_ex(sockaddr)
+                if err == 0:
+                    self._through(sock, now, self.tries, pending)
+                    return
+                if err in _IN_PROGRESS:
+                    pending[sock.fileno()] = (sock, now, self.tries)
+                    poller.register(sock, select.POLLOUT)
+                else:  # (refused or unreachable at once)
+                    self._not_through(sock, now, self.tries)
+                next_at = now + wait
+                wait = min(self.max_wait_s, wait * 1.5)
+                continue
+            for fd, (sock, began, n) in list(pending.items()):
+                if now - began >= self.pending_s:
+                    poller.unregister(fd)
+                    del pending[fd]
+                    self._not_through(sock, began, n)
+            due = min([next_at, *(b + self.pending_s for _s, b, _n in pending.values())])
+            timeout_ms = max(0.0, due - now) * 1000
+            if not pending:
+                self._stopped.wait(timeout_ms / 1000)
+                continue
+            for fd, _event in poller.poll(timeout_ms):
+                sock, began, n = pending.pop(fd)
+                poller.unregister(fd)
+                if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                    self._through(sock, began, n, pending)
+                    return
+                self._not_through(sock, began, n)
+
+    def _not_through(self, sock: socket.socket, began: float, n: int) -> None:
+        sock.close()
+        self.failures += 1
+        _LOG.debug("path check %d to %s: not through after %.3f s", n, self.address[1],
+                   self._clock() - began)
+
+    def _through(self, sock: socket.socket, began: float, n: int,
+                 pending: dict[int, tuple[socket.socket, float, int]]) -> None:
+        """Try ``n`` got through: the tries begun before it and still pending count
+        as failed (each began a wait or more earlier and has had no answer)."""
+        sock.close()
+        self.failures += sum(1 for _s, b, k in pending.values() if k < n)
+        _LOG.debug("path check %d to %s: through after %.3f s (%d not)", n, self.address[1],
+                   self._clock() - began, self.failures)
+        if not self._stopped.is_set():
+            self._answered(self.failures, began)
