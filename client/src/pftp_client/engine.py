@@ -2664,6 +2664,8 @@ class DownloadEngine:
                 if not self._run_lane(flow, lane):
                     break
         except BaseException as exc:  # a bug or a local error: stop everything, say why
+            # (the traceback for a bug report: --verbose shows debug lines)
+            _LOG.debug("%s stopped the download", flow.id, exc_info=True)
             self.abort(exc)
         finally:
             self._drop_fetcher(flow)

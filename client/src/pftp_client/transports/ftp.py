@@ -444,6 +444,17 @@ def _peer_address(sock: socket.socket) -> str | None:
         return None
 
 
+def _peer_of(ctrl: _Control) -> tuple:
+    """The server's address on ``ctrl`` (where its passive ports are). A control
+    connection reset or shut down meanwhile (the server's timeout, an interrupt
+    that came as an ABOR ended) is lost like any other: _with_reconnect logs in
+    again. A raw OSError here stopped a whole download (flap-long, ENOTCONN)."""
+    try:
+        return ctrl.sock.getpeername()
+    except OSError as exc:
+        raise _ControlLost(f"control connection gone: {exc}") from exc
+
+
 def _rst_close(sock: socket.socket) -> None:
     """Close with RST instead of FIN: the server's next write then fails at once
     instead of filling socket buffers nobody reads, so it answers 426 promptly."""
@@ -1060,11 +1071,11 @@ class FtpFetcher:
         the ABOR went out then, and its answer waits on TCP's backoff, seconds
         after the path is back (Engine._path_answered). Thread-safe; nothing to do
         when no ABOR is waiting."""
-        with self._lock:
+        with self._lock:  # (held: an ABOR that ends meanwhile is not handed on shut)
             ctrl = self._interrupted = self._aborting
-        if ctrl is not None:
-            with contextlib.suppress(OSError):  # (closed meanwhile: the ABOR is over)
-                ctrl.sock.shutdown(socket.SHUT_RDWR)
+            if ctrl is not None:
+                with contextlib.suppress(OSError):  # (closed meanwhile: the ABOR is over)
+                    ctrl.sock.shutdown(socket.SHUT_RDWR)
 
     def _drop_control(self, ctrl: _Control | None = None) -> None:
         with self._lock:
@@ -1407,7 +1418,7 @@ class FtpFetcher:
         while True:
             if port is None:
                 port = self._passive_port(ctrl)
-            peer = ctrl.sock.getpeername()
+            peer = _peer_of(ctrl)
             data = self._data_socket(ctrl)
             data.setblocking(False)
             err = data.connect_ex((peer[0], port, *peer[2:]))
@@ -1740,6 +1751,7 @@ class FtpFetcher:
 
         with self._lock:
             self._aborting = ctrl
+        usable = False
         try:
             ctrl.send("ABOR")
             if not _abor_reply(next_reply()):
@@ -1753,7 +1765,7 @@ class FtpFetcher:
                 raise _ControlLost("no NOOP reply")
             if passive:
                 self._absorb_passive(ctrl, passive, next_reply())
-            return True
+            usable = True
         except _ControlLost as exc:
             if self._interrupted is not ctrl:  # (our own doing: no fault of the server's)
                 self._note_pipelining_failure(exc)
@@ -1761,6 +1773,10 @@ class FtpFetcher:
         finally:
             with self._lock:
                 self._aborting = None
+                # (interrupted as its last reply came in: the socket may be shut)
+                usable = usable and self._interrupted is not ctrl
+        if usable:
+            return True
         self._drop_control(ctrl)
         return False
 
@@ -1888,7 +1904,7 @@ class FtpFetcher:
         port = ctrl.take_passive()
         if port is None:
             port = self._passive_port(ctrl)
-        peer = ctrl.sock.getpeername()
+        peer = _peer_of(ctrl)
         data = self._data_socket(ctrl)
         try:
             data.settimeout(self.timeout)
