@@ -510,6 +510,12 @@ class Flow:
     # the path back after it had been down (Engine._path_answered).
     path_checked: float = -1e9
     path_back_at: float = float("-inf")  # (before any last_data)
+    # When a silence of this flow ended that a path check had found to be the path's
+    # (a try not through): its pauses then were no server's (_long_look).
+    outage_seen_at: float = float("-inf")
+    # Until then a flow whose path came back is not "stalled idle" (its meter still
+    # reads the silence as 0): it takes work, stolen too, at its rate before.
+    back_trusted_until: float = float("-inf")
     # Bytes and seconds of the monitoring intervals that one lane spent wholly past
     # its warm-up (MirrorStats.steady_bps).
     steady_bytes: int = 0
@@ -1925,6 +1931,11 @@ class DownloadEngine:
             return None  # (the ring no longer holds the window's start)
         if loss is not None and loss >= cfg.stream_loss_share:
             return None  # (pauses after losses are the sender's recovery, as below)
+        if f.outage_seen_at >= begin:
+            # A silence in the window was the path's (its check found it down):
+            # sweep http-flap read a 40 Mbit/s mirror's 1.5 s outage as a
+            # whole-second limit's first pause and tried 2 more connections.
+            return None
         pause_s = max(cfg.stream_long_pause_s, cfg.stream_early_pause_rtts * self._path_rtt(f))
         since = int(begin * 1e9)
         # (less than a segment on its own: nginx sends each second's remainder, a
@@ -2852,8 +2863,12 @@ class DownloadEngine:
         or none yet): it takes no one else's work, by pool, steal or race, at the
         rate it had before the stall (warm_up would lend it that rate)."""
         now = self._clock()
-        if flow.rate.rate(now) != 0 or flow.path_back:
-            return False  # (its path came back: _path_answered lent it its rate)
+        if flow.rate.rate(now) != 0 or flow.path_back or now < flow.back_trusted_until:
+            # (its path came back: _path_answered lent it its rate. Sweep http-flap:
+            # the 40 Mbit/s mirror's range had been stolen during the outage, the
+            # 310 bytes handed back to it ended its meter at 0, and it sat out the
+            # last 3 s as stalled)
+            return False
         for f in self.flows.values():
             if f is flow or not f.alive or f.cancel.is_set() or f.parked or f.standby:
                 continue
@@ -2981,7 +2996,11 @@ class DownloadEngine:
                 and self._abort is None
             )
             if not on:
-                self._path_checks.pop(flow.id, None)
+                check = self._path_checks.pop(flow.id, None)
+                if check is not None and check.failures:
+                    # (heard from again before a try got through: the data came
+                    # back first, and the silence was still the path's)
+                    flow.outage_seen_at = self._clock()
             return on
 
     def _path_answered(self, flow: Flow, since: float, failures: int, gap_s: float) -> None:
@@ -2996,13 +3015,14 @@ class DownloadEngine:
         before the silence."""
         with self._lock:
             self._path_checks.pop(flow.id, None)
+            now = self._clock()
             if failures:
                 # (an outage, not a server that sends in bursts: had the data come
                 # back first, its silence would hold off the next check: _dark)
                 flow.gap_s = min(flow.gap_s, gap_s)
+                flow.outage_seen_at = now  # (even when the data came back first)
             if flow.last_data != since or self._finished or not flow.alive:
                 return
-            now = self._clock()
             if not failures:
                 _LOG.debug(
                     "%s: silent %.2f s, its server took a new connection at once",
@@ -3011,6 +3031,7 @@ class DownloadEngine:
                 )
                 return
             flow.path_back_at = now
+            flow.back_trusted_until = now + max(self.cfg.trial_s, self._warm_up_s(flow))
             # (its next range is planned at its rate before the silence, which the
             # meter may have forgotten: as a new lane's, warm_up)
             flow.warm_rate = flow.lit_rate or flow.warm_rate
