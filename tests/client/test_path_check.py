@@ -203,3 +203,35 @@ def test_a_try_with_no_answer_does_not_hold_the_next_one_up() -> None:
     assert failures >= 3 and failures == check.tries - 1
     # (a single try at a time would have waited out its 5 s)
     assert seen < 0.5 and began >= back - 0.11
+
+
+def test_a_try_through_only_late_counts_as_failed() -> None:
+    """A try whose SYN was dropped and got through on the kernel's retransmission
+    (1 s later, once the queue had room: as a router lets a held SYN go once the
+    link is back) waited for the path: it counts as failed, so the check reads an
+    outage, though it was the only try."""
+    srv, fillers = _full_listener()
+    got, done, answered = _answers()
+    check = PathCheck(
+        (socket.AF_INET, srv.getsockname()), rtt_s=0.0, quiet=lambda: True,
+        answered=answered, min_wait_s=3.0, max_wait_s=3.0, pending_s=5.0, late_s=0.5,
+    )
+    try:
+        check.start()
+        time.sleep(0.3)
+        for c in fillers:  # (a filler still in SYN_SENT would take the room again)
+            c.close()
+        srv.setblocking(False)
+        while True:  # room again, before the first try's SYN is sent again
+            try:
+                srv.accept()[0].close()
+            except BlockingIOError:
+                break
+        assert done.wait(2.5)
+    finally:
+        check.stop()
+        check.join(2.0)
+        srv.close()
+        for c in fillers:
+            c.close()
+    assert got[0][0] == 1 and check.tries == 1

@@ -91,11 +91,14 @@ class PathCheck:
         min_wait_s: float = MIN_WAIT_S,
         max_wait_s: float = MAX_WAIT_S,
         pending_s: float = PENDING_S,
+        late_s: float | None = None,
     ) -> None:
         self.address = address
         self.first_wait_s = min(max_wait_s, max(min_wait_s, 3 * rtt_s))
         self.max_wait_s = max_wait_s
         self.pending_s = max(pending_s, 3 * rtt_s)
+        # a try through only after this long waited for the path (_through)
+        self.late_s = self.first_wait_s if late_s is None else late_s
         self._quiet = quiet
         self._answered = answered
         self._clock = clock
@@ -180,7 +183,7 @@ class PathCheck:
         a check's first try went through 0.6-0.9 s late and read as no outage)."""
         sock.close()
         self.failures += sum(1 for _s, b, k in pending.values() if k < n)
-        if self._clock() - began > self.first_wait_s:
+        if self._clock() - began > self.late_s:
             self.failures += 1
         _LOG.debug("path check %d to %s: through after %.3f s (%d not)", n, self.address[1],
                    self._clock() - began, self.failures)
