@@ -134,8 +134,13 @@ class PathCheck:
         while not self._stopped.is_set() and self._quiet():
             now = self._clock()
             if now >= next_at:
+                try:
+                    sock = socket.socket(family, socket.SOCK_STREAM)
+                except OSError as exc:  # (out of descriptors: no try, the next a wait later)
+                    _LOG.debug("path check to %s: no socket: %s", self.address[1], exc)
+                    next_at = now + wait
+                    continue
                 self.tries += 1
-                sock = socket.socket(family, socket.SOCK_STREAM)
                 sock.setblocking(False)
                 err = sock.connect_ex(sockaddr)
                 if err == 0:
