@@ -151,54 +151,65 @@ def test_the_wait_between_tries_grows_to_its_ceiling(free_port: int) -> None:
     assert 4 <= check.tries <= 8 and got == []
 
 
-def _full_listener() -> tuple[socket.socket, list[socket.socket]]:
+class _FullListener:
     """A listener whose accept queue is full: the kernel drops new SYNs, as a path
-    that is down does (no answer at all, not a refusal). Its fillers are returned
-    to close; accepting them makes room again (the path back)."""
-    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(0)
-    fillers = []
-    for _ in range(2):
-        c = socket.socket()
-        c.setblocking(False)
-        c.connect_ex(srv.getsockname())
-        fillers.append(c)
-    time.sleep(0.05)
-    return srv, fillers
+    that is down does (no answer at all, not a refusal). ``make_room`` is the path
+    back: the fillers go (one still in SYN_SENT would take the room again) and the
+    queue is drained."""
+
+    def __init__(self) -> None:
+        self.srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(0)
+        self.address = (socket.AF_INET, self.srv.getsockname())
+        self.fillers = []
+        for _ in range(2):
+            c = socket.socket()
+            c.setblocking(False)
+            c.connect_ex(self.srv.getsockname())
+            self.fillers.append(c)
+        time.sleep(0.05)
+
+    def make_room(self) -> None:
+        for c in self.fillers:
+            c.close()
+        self.srv.setblocking(False)
+        while True:
+            try:
+                self.srv.accept()[0].close()
+            except BlockingIOError:
+                break
+
+    def close(self) -> None:
+        self.srv.close()
+        for c in self.fillers:
+            c.close()
 
 
 def test_a_try_with_no_answer_does_not_hold_the_next_one_up() -> None:
     """Tries whose SYNs are dropped stay pending (up to pending_s) while new ones
     start a wait apart: once the path is back, the next try gets through within a
     wait, not after the pending one gives up; those pending count as failed."""
-    srv, fillers = _full_listener()
+    full = _FullListener()
     got, done, answered = _answers()
     check = PathCheck(
-        (socket.AF_INET, srv.getsockname()), rtt_s=0.0, quiet=lambda: True,
+        full.address, rtt_s=0.0, quiet=lambda: True,
         answered=answered, min_wait_s=0.1, max_wait_s=0.1, pending_s=5.0,
     )
     try:
-        assert not probe((socket.AF_INET, srv.getsockname()), 0.2), "the queue is not full"
+        assert not probe(full.address, 0.2), "the queue is not full"
         check.start()
         time.sleep(0.45)
         # tries went on a wait apart, all still pending (none given up, none refused)
         assert not done.is_set() and check.tries >= 4 and check.failures == 0
         back = time.monotonic()
-        srv.setblocking(False)
-        while True:  # room again: the path is back
-            try:
-                srv.accept()[0].close()
-            except BlockingIOError:
-                break
+        full.make_room()  # the path is back
         assert done.wait(2.0)
         seen = time.monotonic() - back
     finally:
         check.stop()
         check.join(2.0)
-        srv.close()
-        for c in fillers:
-            c.close()
+        full.close()
     (failures, began), = got
     assert failures >= 3 and failures == check.tries - 1
     # (a single try at a time would have waited out its 5 s)
@@ -210,28 +221,19 @@ def test_a_try_through_only_late_counts_as_failed() -> None:
     (1 s later, once the queue had room: as a router lets a held SYN go once the
     link is back) waited for the path: it counts as failed, so the check reads an
     outage, though it was the only try."""
-    srv, fillers = _full_listener()
+    full = _FullListener()
     got, done, answered = _answers()
     check = PathCheck(
-        (socket.AF_INET, srv.getsockname()), rtt_s=0.0, quiet=lambda: True,
+        full.address, rtt_s=0.0, quiet=lambda: True,
         answered=answered, min_wait_s=3.0, max_wait_s=3.0, pending_s=5.0, late_s=0.5,
     )
     try:
         check.start()
         time.sleep(0.3)
-        for c in fillers:  # (a filler still in SYN_SENT would take the room again)
-            c.close()
-        srv.setblocking(False)
-        while True:  # room again, before the first try's SYN is sent again
-            try:
-                srv.accept()[0].close()
-            except BlockingIOError:
-                break
+        full.make_room()  # before the first try's SYN is sent again
         assert done.wait(2.5)
     finally:
         check.stop()
         check.join(2.0)
-        srv.close()
-        for c in fillers:
-            c.close()
+        full.close()
     assert got[0][0] == 1 and check.tries == 1

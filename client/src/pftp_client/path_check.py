@@ -187,10 +187,11 @@ class PathCheck:
         away, and lets them go once it answers: the lab's link-down mirrors, where
         a check's first try went through 0.6-0.9 s late and read as no outage)."""
         sock.close()
-        self.failures += sum(1 for _s, b, k in pending.values() if k < n)
-        if self._clock() - began > self.late_s:
+        took = self._clock() - began
+        self.failures += sum(1 for _s, _b, k in pending.values() if k < n)
+        if took > self.late_s:
             self.failures += 1
         _LOG.debug("path check %d to %s: through after %.3f s (%d not)", n, self.address[1],
-                   self._clock() - began, self.failures)
+                   took, self.failures)
         if not self._stopped.is_set():
             self._answered(self.failures, began)
