@@ -18,8 +18,10 @@ class Event:
 
     Kinds: 'slow' (its link to rate_bps), 'kill' (its servers SIGKILLed: transfers
     end), 'restart' (a killed mirror's servers back), 'disconnect' (its link down:
-    transfers stall without an error), 'reconnect' (link up again), 'access' (the
-    client's access link to rate_bps; `mirror` is ignored)."""
+    transfers stall without an error), 'reconnect' (link up again), 'freeze' (its
+    processes SIGSTOPped: the host still completes TCP handshakes, no server answers),
+    'thaw' (SIGCONT), 'access' (the client's access link to rate_bps; `mirror` is
+    ignored)."""
 
     at_fraction: float
     kind: str
@@ -70,9 +72,9 @@ class Scenario:
             rates, access = dict(state.mirrors), state.access_bps
             if ev.kind == "access":
                 access = float(ev.rate_bps) if ev.rate_bps else None
-            elif ev.kind in ("kill", "disconnect"):
+            elif ev.kind in ("kill", "disconnect", "freeze"):
                 rates[ev.mirror] = 0.0
-            elif ev.kind in ("restart", "reconnect"):
+            elif ev.kind in ("restart", "reconnect", "thaw"):
                 rates[ev.mirror] = self.initial_state().mirrors[ev.mirror]
             elif ev.kind == "slow":
                 rates[ev.mirror] = float(ev.rate_bps or 0)

@@ -268,6 +268,10 @@ def apply_event(lab: Lab, ev: Event) -> None:
         lab.disconnect(ev.mirror)
     elif ev.kind == "reconnect":
         lab.reconnect(ev.mirror)
+    elif ev.kind == "freeze":
+        lab.freeze(ev.mirror)
+    elif ev.kind == "thaw":
+        lab.thaw(ev.mirror)
     elif ev.kind == "access":
         lab.set_access_rate(ev.rate_bps)
     elif ev.kind == "slow":
@@ -277,9 +281,11 @@ def apply_event(lab: Lab, ev: Event) -> None:
 
 
 def reset_lab(ctx: RunContext) -> None:
-    """Undo the previous run's events: original rates, killed servers back, links up,
-    the access link's rate."""
+    """Undo the previous run's events: original rates, frozen servers thawed, killed
+    servers back, links up, the access link's rate."""
     for spec, m in zip(ctx.scenario.mirrors, ctx.lab.mirrors, strict=True):
+        if m.frozen:
+            ctx.lab.thaw(m)
         if not m.alive:
             ctx.lab.restart(m)
         if m.rate_bps != spec.rate_bps:

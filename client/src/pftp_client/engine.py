@@ -170,6 +170,13 @@ class EngineConfig:
     # moves (_dark): a loss-recovery timeout backs off from 0.2 s, a link that went
     # down stays silent.
     dark_after_s: float = 1.0
+    # A request with no first byte this long (and 8 of its path's round trips, 4 of
+    # its flow's request latencies), while other flows carry data, keeps one unit
+    # of the split grid and hands the rest of its range over; its flow counts as rate 0 for the tail
+    # (_unanswered). A server that accepts connections and then says nothing (hung,
+    # SIGSTOPped: the host completes the handshakes) held its whole portion until the
+    # stall timeout: sweep freeze-start, 1.75x the bound where aria2c took 1.29x.
+    no_answer_s: float = 3.0
     # A flow whose range ended in a silence takes no one else's work (_stalled_idle),
     # but gets a trial range once its connection answered again (_trial_range): a
     # link back up, a server that froze for a while. Left idle, a 40 Mbit/s mirror
@@ -497,6 +504,9 @@ class Flow:
     standby: bool = False  # connected, waiting while a leading flow fills the access link
     last_data: float = -1e9  # clock of the last block received
     fetch_started: float | None = None  # clock when the lane in progress was started
+    # Clock when the flow began its lane in progress, kept through reconnects and
+    # retries until a first byte comes (engine._unanswered); None after one came.
+    unanswered_since: float | None = None
     # The rate before the lane in progress, and until when it stands in (see warm_up).
     warm_rate: float | None = None
     warm_until: float = -1e9
@@ -3189,20 +3199,54 @@ class DownloadEngine:
         )
 
     def _lane_rate(self, lane: Lane, now: float) -> float | None:
-        """The lane's flow's rate for tail planning; 0 when the lane has had no
-        first byte for longer than the stall timeout (a mirror that accepts the
-        connection and then says nothing: its login or request is still waiting
-        for a reply timeout). Rate 0 lets an idle flow steal or race its last
+        """The lane's flow's rate for tail planning; 0 when the lane is left
+        unanswered (_unanswered: a mirror that accepts the connection and then
+        says nothing, its login or request still waiting for a reply timeout) or
+        its flow went dark. Rate 0 lets an idle flow steal or race its last
         piece instead of waiting for that flow to fail (twice the reply timeout)."""
-        started = lane.requested_at or lane.flow.fetch_started
-        if (
-            lane is lane.flow.lane and lane.first_byte is None and started is not None
-            and now - started > min(self.cfg.stall_timeout, self.cfg.timeout)
-        ):
+        if self._unanswered(lane, now):
             return 0.0
         if lane is lane.flow.lane and lane.first_byte is not None and self._dark(lane.flow, now):
             return 0.0
         return lane.flow.rate_estimate(now)
+
+    def _unanswered(self, lane: Lane, now: float) -> bool:
+        """Lock held: ``lane``, its flow's current one, has had no first byte for
+        no_answer_s, 8 of its path's round trips and 4 of its flow's request
+        latencies since its flow began it (Flow.unanswered_since: a reconnect or
+        a retry in between does not start the count again)."""
+        flow = lane.flow
+        started = flow.unanswered_since
+        if lane is not flow.lane or lane.first_byte is not None or started is None:
+            return False
+        wait = max(self.cfg.no_answer_s, 8 * self._path_rtt(flow), 4 * (flow.latency_s or 0.0))
+        return now - started > wait
+
+    def _give_up_unanswered(self, now: float) -> None:
+        """Lock held, every monitor round: a normal lane left unanswered
+        (_unanswered) while another flow carries data keeps one unit of the split
+        grid and hands the rest over, once. What it keeps is what its server
+        serves if it was only slow to answer (a reverse DNS lookup before the
+        greeting, a cold disk), and then the flow takes work as any other; if it
+        never answers, the tail races it (_lane_rate 0). Keeping a whole piece
+        (512 KB), the idle flows took it in slices at the end: 0.4 s of tail."""
+        moving = [f for f in self.flows.values()
+                  if f.alive and now - f.last_data < max(1.0, self._stall_gap(f))]
+        for flow in self.flows.values():
+            lane = flow.lane
+            if (lane is None or lane.kind != "normal" or lane.trial or not flow.alive
+                    or flow.cancel.is_set() or not any(f is not flow for f in moving)
+                    or not self._unanswered(lane, now)):
+                continue
+            split = self.split_grid.align_up(lane.reserved + 1)
+            if split >= lane.owned_end:
+                continue
+            old_end = self._hand_over(lane, split)
+            waited = now - (flow.unanswered_since or now)
+            self._event("slow", flow, f"no answer in {waited:.1f} s: [{split}, {old_end}) "
+                        "handed over")
+            self._start_backup()
+            self._lock.notify_all()
 
     def _dark(self, flow: Flow, now: float, since: float | None = None) -> bool:
         """Silent for dark_after_s and twice the longest pause it has shown (a
@@ -3294,6 +3338,8 @@ class DownloadEngine:
     def _run_lane(self, flow: Flow, lane: Lane) -> bool:
         """Fetch one lane; False when the flow must stop."""
         t_start = flow.fetch_started = self._clock()
+        if flow.unanswered_since is None:
+            flow.unanswered_since = t_start
         begun_at = lane.reserved  # (a failure after progress is not a mirror that cannot serve)
         error: TransferError | None = None
         try:
@@ -3346,6 +3392,8 @@ class DownloadEngine:
                 stalled = self._note_stall(flow, lane, now)
                 flow.stats.seconds += now - t_start
                 flow.fetch_started = None
+                if error is None:
+                    flow.unanswered_since = None  # (its server answered, or nothing was asked)
                 # (a failed fetch's time is its failure's, not a switch's; nor is a
                 # silence's: 6 s of a link outage, counted in, made the next ranges'
                 # switch cost seconds, and the mirror stole nothing at the end)
@@ -3541,6 +3589,7 @@ class DownloadEngine:
                 raise TransferError(f"fetcher delivered offset {offset}, expected {lane.reserved}")
             if lane.first_byte is None:
                 lane.first_byte = now
+                flow.unanswered_since = None
                 lat = now - lane.requested_at if lane.requested_at is not None else None
                 path_rtt = getattr(flow.fetcher, "path_rtt", None)
                 if (lat is not None and not lane.ahead
@@ -3957,6 +4006,7 @@ class DownloadEngine:
                     self._start_backup()
                     self._lock.notify_all()
                 self._take_back_trials(now)
+                self._give_up_unanswered(now)
                 self._top_up(now)
                 self._judge_stream(now)
                 self._try_stream(now)

@@ -92,6 +92,7 @@ class Mirror:
     https: bool = False
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     alive: bool = False
+    frozen: bool = False  # freeze()d: its processes SIGSTOPped
 
     def ftp_url(self, fname: str) -> str:
         return f"ftp://{self.addr}/{fname}"
@@ -611,7 +612,7 @@ class Lab:
         for proc in m.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
-        m.alive = False
+        m.alive = m.frozen = False
         self._event("kill", m.name)
 
     def restart(self, mirror: Mirror | str | int) -> None:
@@ -622,6 +623,22 @@ class Lab:
         self._start_servers(m)
         self.wait_ready(m)
         self._event("restart", m.name)
+
+    def freeze(self, mirror: Mirror | str | int) -> None:
+        """The mirror hangs: SIGSTOP every process in its namespace. Its kernel still
+        completes TCP handshakes (a path check gets through) and acknowledges data, but
+        no server answers or sends a byte until thaw()."""
+        m = self.mirror(mirror)
+        netns.kill_pids(netns.namespace_pids(m.ns), signal.SIGSTOP)
+        m.frozen = True
+        self._event("freeze", m.name)
+
+    def thaw(self, mirror: Mirror | str | int) -> None:
+        """SIGCONT a frozen mirror's processes: its sessions carry on where they stopped."""
+        m = self.mirror(mirror)
+        netns.kill_pids(netns.namespace_pids(m.ns), signal.SIGCONT)
+        m.frozen = False
+        self._event("thaw", m.name)
 
     def disconnect(self, mirror: Mirror | str | int) -> None:
         """The mirror becomes unreachable (link down): transfers stall instead of ending."""

@@ -785,6 +785,15 @@ class FtpFetcher:
         several servers is probed on each)."""
         self._rest_trusted = proof
 
+    def accept_rest_proof(self, proof: tuple[str, int]) -> bool:
+        """trust_rest for a head transfer started with ``rest_checked_later``:
+        another connection's probe of the same server (its rest_proof) confirms
+        REST for this one at once, so the head may be taken over. True when
+        REST counts as honoured now. Thread-safe."""
+        if self._rest_honoured is None and self._server() == proof:
+            self._rest_honoured = True
+        return self._rest_honoured is True
+
     def confirm_rest(self, reference: bytes, need: int) -> bool | None:
         """REST checked from the data, for a head transfer started with
         ``rest_checked_later``: ``reference`` holds the file's first bytes (from
