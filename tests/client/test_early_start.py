@@ -377,3 +377,42 @@ def test_a_slow_entry_point_probe_does_not_hold_the_start(
         assert late.state == "failed" and late.bytes == 0
         failed = next(e for e in summary.events if e.kind == "failed")
         assert f"reports {len(data) + 1} bytes" in failed.detail
+
+
+def test_a_first_mirror_that_never_answers_has_rest_checked_on_a_second_connection(
+    start_pyftpd, tmp_path: Path, clean_early, monkeypatch
+) -> None:
+    """The first mirror accepts connections and never greets (hung, or its host up
+    and its server stopped), so the others' first bytes have nothing to be compared
+    with. Each checks REST on a second connection (REST size-1) while its transfer
+    goes on: that transfer is kept, not aborted and begun again after 1.5 s with its
+    bytes thrown away. The download then hands the mute mirror's block over."""
+    import socket
+
+    from pftp_client import download
+    from pftp_client.ranges import first_offsets
+
+    monkeypatch.delenv("PFTP_ACCESS_BANDWIDTH", raising=False)
+    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
+    data = os.urandom(3_000_003)
+    seen: list[tuple[int, str]] = []
+    first = start_pyftpd(handler=_rest_args_handler(seen))
+    first.put("f.bin", data)
+    others = [first, start_pyftpd(root=first.root, handler=_rest_args_handler(seen))]
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as mute:  # (never accepts)
+        urls = [f"ftp://127.0.0.1:{mute.getsockname()[1]}/f.bin",
+                *[s.url("f.bin") for s in others]]
+        early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
+        probes = [early._probes[u] for u in urls[1:]]
+        blocks = first_offsets(len(data), 3)[1:]
+        assert [_head_offset(p) for p in probes] == blocks
+        assert all(p.result()[1].rest_honoured for p in probes)
+        for server, block in zip(others, blocks, strict=True):
+            rests = sorted(arg for port, arg in seen if port == server.port)
+            assert rests == sorted([str(block), str(len(data) - 1)]), (server.port, seen)
+        summary = download(mirrors=urls, output=tmp_path / "f.bin", timeout=30.0,
+                           sha256=hashlib.sha256(data).hexdigest(), congestion="off")
+    assert summary.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
+    assert all(_head_offset(p) is None for p in probes)  # each was taken over
+    by = {m.url: m for m in summary.mirrors}
+    assert by[urls[0]].bytes == 0

@@ -231,6 +231,53 @@ def test_disconnect_stalls_without_an_error_and_reconnect_serves_again(data, tmp
 
 
 @pytest.mark.lab
+def test_freeze_stalls_transfers_while_connections_still_get_through_and_thaw_resumes(
+    data, tmp_path: Path
+) -> None:
+    """A frozen mirror is a hung host: its kernel completes the handshake (a path
+    check gets through) but no server says a word, and the transfer under way stalls
+    without an error; thawed, that same transfer ends whole (vsftpd's session did
+    not, after SIGSTOP and SIGCONT: pftp_lab.freezer)."""
+    path, digest = data
+    with Lab([MirrorSpec(rate_bps=4_000_000)], files={"data.bin": path}) as lab:
+        m = lab.mirrors[0]
+        out = tmp_path / "slow.bin"
+        # 1 MB at 4 Mbit/s: ~2 s, frozen after its first bytes
+        proc = lab.popen_in("client", ["curl", "-sS", "--max-time", "60", "-o", str(out),
+                                       m.ftp_url("data.bin")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while (not out.exists() or out.stat().st_size == 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lab.freeze(m)
+        try:
+            assert m.frozen and m.alive
+            # what the server's socket had queued still lands: wait until it stops
+            held, still_since = out.stat().st_size, time.monotonic()
+            deadline = time.monotonic() + 15
+            while time.monotonic() - still_since < 1.0 and time.monotonic() < deadline:
+                time.sleep(0.1)
+                if out.stat().st_size != held:
+                    held, still_since = out.stat().st_size, time.monotonic()
+            # a new connection is accepted by the kernel, and no greeting comes
+            mute = curl(lab, m.ftp_url("data.bin"), tmp_path / "x.bin", "--connect-timeout",
+                        "2", "--max-time", "2", timeout=10)
+            assert mute.returncode == 28, mute.stderr  # timed out after the connect
+            assert "Connection timed out" not in mute.stderr, mute.stderr
+            assert out.stat().st_size == held < SIZE and proc.poll() is None
+        finally:
+            lab.thaw(m)
+        assert not m.frozen
+        assert proc.wait(timeout=60) == 0
+        assert sha256_file(out) == digest
+        lab.freeze(m)  # (closed frozen: its processes are thawed to be killed)
+        group = lab._freeze_groups[m.name].path
+        assert group.is_dir()
+    assert not group.exists()
+    assert not any(ns.startswith(f"pl{lab.lab_id}") for ns in list_namespaces())
+
+
+@pytest.mark.lab
 def test_an_https_mirror_restarted_keeps_its_certificate(data, tmp_path: Path) -> None:
     """A client given the lab's CA bundle before a mirror was killed and started
     again (the bench's mirror-dies, between runs) still trusts it."""

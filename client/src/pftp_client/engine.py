@@ -3213,14 +3213,15 @@ class DownloadEngine:
     def _unanswered(self, lane: Lane, now: float) -> bool:
         """Lock held: ``lane``, its flow's current one, has had no first byte for
         no_answer_s, 8 of its path's round trips and 4 of its flow's request
-        latencies since its flow began it (Flow.unanswered_since: a reconnect or
+        latencies (or the stall timeout, if shorter) since its flow began it (Flow.unanswered_since: a reconnect or
         a retry in between does not start the count again)."""
         flow = lane.flow
         started = flow.unanswered_since
         if lane is not flow.lane or lane.first_byte is not None or started is None:
             return False
         wait = max(self.cfg.no_answer_s, 8 * self._path_rtt(flow), 4 * (flow.latency_s or 0.0))
-        return now - started > wait
+        # (a stall timeout set shorter is the user's word for how long is too long)
+        return now - started > min(wait, self.cfg.stall_timeout, self.cfg.timeout)
 
     def _give_up_unanswered(self, now: float) -> None:
         """Lock held, every monitor round: a normal lane left unanswered

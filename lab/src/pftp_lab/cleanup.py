@@ -11,8 +11,9 @@ import shutil
 import sys
 from pathlib import Path
 
+from . import freezer
 from .netns import LabError, delete_namespace, list_namespaces, require_root
-from .registry import lab_id_of, load_record, pid_alive, registry_dir
+from .registry import PREFIX, lab_id_of, load_record, pid_alive, registry_dir
 
 
 def stale_namespaces(*, include_live: bool = False) -> list[str]:
@@ -37,8 +38,15 @@ def clean(*, include_live: bool = False, dry_run: bool = False) -> list[str]:
             lab_ids.add(rec_file.stem)
     if dry_run:
         return removed
+    # (a frozen process takes its SIGKILL only once thawed: Lab.freeze)
+    groups = [g for lab_id in sorted(i for i in lab_ids if i)
+              for g in freezer.groups_with_prefix(f"{PREFIX}{lab_id}-")]
+    for group in groups:
+        group.set_frozen(False)
     for ns in removed:
         delete_namespace(ns)
+    for group in groups:
+        group.remove()
     for lab_id in sorted(i for i in lab_ids if i):
         record = load_record(lab_id)
         if record is not None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import delayline, netns
+from . import delayline, freezer, netns
 from .netns import LabError
 from .registry import PREFIX, LabRecord, registry_dir
 from .servers import FTP_KINDS, ftp_argv, nginx_argv
@@ -284,6 +284,7 @@ class Lab:
         self._namespaces: list[str] = []
         self._procs: list[subprocess.Popen[Any]] = []
         self._timers: list[threading.Timer] = []
+        self._freeze_groups: dict[str, freezer.FreezeGroup] = {}  # mirror name -> its group
         self._record: LabRecord | None = None
         self._t0 = 0.0
         self._closed = False
@@ -608,6 +609,8 @@ class Lab:
         """The mirror dies: SIGKILL its servers and every per-session child in its namespace
         (open transfers end abruptly)."""
         m = self.mirror(mirror)
+        if m.frozen:
+            self.thaw(m)  # (a frozen process takes its SIGKILL only once thawed)
         netns.kill_namespace_processes(m.ns)
         for proc in m.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -625,18 +628,25 @@ class Lab:
         self._event("restart", m.name)
 
     def freeze(self, mirror: Mirror | str | int) -> None:
-        """The mirror hangs: SIGSTOP every process in its namespace. Its kernel still
-        completes TCP handshakes (a path check gets through) and acknowledges data, but
-        no server answers or sends a byte until thaw()."""
+        """The mirror hangs: every process in its namespace is frozen (freezer.py). Its
+        kernel still completes TCP handshakes (a path check gets through) and
+        acknowledges data, but no server answers or sends a byte until thaw()."""
         m = self.mirror(mirror)
-        netns.kill_pids(netns.namespace_pids(m.ns), signal.SIGSTOP)
+        group = self._freeze_groups.get(m.name)
+        if group is None:
+            group = self._freeze_groups[m.name] = freezer.group(
+                f"{PREFIX}{self.lab_id}-m{m.index}")
+        group.add(netns.namespace_pids(m.ns))
+        group.set_frozen(True)
         m.frozen = True
         self._event("freeze", m.name)
 
     def thaw(self, mirror: Mirror | str | int) -> None:
-        """SIGCONT a frozen mirror's processes: its sessions carry on where they stopped."""
+        """A frozen mirror's processes run again: its sessions carry on where they were."""
         m = self.mirror(mirror)
-        netns.kill_pids(netns.namespace_pids(m.ns), signal.SIGCONT)
+        group = self._freeze_groups.get(m.name)
+        if group is not None:
+            group.set_frozen(False)
         m.frozen = False
         self._event("thaw", m.name)
 
@@ -752,6 +762,12 @@ class Lab:
         for timer in timers:
             timer.cancel()
         errors: list[str] = []
+        groups = list(self._freeze_groups.values())
+        for group in groups:  # (a frozen process takes its SIGKILL only once thawed)
+            try:
+                group.set_frozen(False)
+            except (LabError, OSError) as exc:
+                errors.append(f"thaw {group.path}: {exc}")
         for ns in reversed(self._namespaces):
             try:
                 netns.kill_namespace_processes(ns)
@@ -770,6 +786,11 @@ class Lab:
                 netns.delete_namespace(ns)
             except LabError as exc:
                 errors.append(str(exc))
+        for group in groups:
+            try:
+                group.remove()
+            except (LabError, OSError) as exc:
+                errors.append(f"remove {group.path}: {exc}")
         if self.workdir != Path() and self.workdir.is_dir():
             shutil.rmtree(self.workdir, ignore_errors=True)
         left = [n for n in netns.list_namespaces() if n in self._namespaces]

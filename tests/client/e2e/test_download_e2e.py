@@ -156,6 +156,35 @@ def test_a_mirror_that_never_answers_does_not_hold_the_download(
     assert any("has not answered" in n and "going on without it" in n for n in s.notes), s.notes
 
 
+def test_a_mirror_that_never_answers_a_request_hands_its_block_over(
+    tmp_path, ftp_mirrors, start_pyftpd
+):
+    """A mirror that answers the login and SIZE, then never answers a RETR (a hung
+    server): its block of the even start is handed over once its request has had no
+    answer for 3 s, keeping one split unit that the tail races at the end. Before,
+    it held its whole block until its flow failed (the stall timeout) or the others
+    took it back in slices at the end."""
+    from pyftpdlib.handlers import FTPHandler
+
+    class MuteRetr(FTPHandler):
+        def ftp_RETR(self, file: str) -> None:
+            return  # (no reply and no data: the request hangs)
+
+    data = os.urandom(6 * 1024 * 1024 + 7)
+    good = ftp_mirrors({"f.bin": data}, 2, throttle={0: 400_000, 1: 400_000})
+    mute = start_pyftpd(handler=MuteRetr)
+    mute.put("f.bin", data)
+    urls = [*[m.url("f.bin") for m in good], mute.url("f.bin")]
+    s = download(mirrors=urls, output=tmp_path / "f.bin", sha256=sha256_hex(data),
+                 timeout=30.0, congestion="off", access_bandwidth_bps=None)
+    _assert_clean(tmp_path / "f.bin", data)
+    silent = next(m for m in s.mirrors if m.url == urls[2])
+    assert silent.bytes == 0
+    handed = [e for e in s.events if e.mirror == silent.name and "no answer in" in e.detail]
+    assert len(handed) == 1, s.events
+    assert s.duplicate_bytes <= 64 * 1024
+
+
 def _beside_a_slow_good_mirror(tmp_path, ftp_mirrors, start_pyftpd, handler):
     """An 8 MiB download from a 1 MiB/s mirror and a pyftpdlib server with
     ``handler``: the summary and that server's mirror in it."""
