@@ -221,12 +221,13 @@ def _probe_results(
     instead of holding the whole download for its timeouts: into ``late`` (it may
     join the download when it answers), else discarded. With ``provisional``, the
     entry point's probes (early.py) still running max(50 ms, 2 x the first
-    answer) after it go there instead: their transfers have begun at their blocks
-    and stall once their buffers are full, so the download starts with them and
-    each flow waits for its own (_cached_opener, ``strict``)."""
+    answer's time, to its size) after it go there instead: their transfers have
+    begun at their blocks and stall once their buffers are full, so the download
+    starts with them and each flow waits for its own (_cached_opener, ``strict``)."""
     t0 = time.monotonic()
     done: dict[int, Any] = {}
     first_at: float | None = None
+    answered_in = 0.0
     error: BaseException | None = None
     while len(done) < len(probes):
         for i, p in enumerate(probes):
@@ -240,6 +241,9 @@ def _probe_results(
                 continue
             if first_at is None and done[i][2] is not None:
                 first_at = time.monotonic()
+                # (an entry point's probe that then waited on another mirror for its
+                # REST check: its answer came when it had the size)
+                answered_in = min(first_at, getattr(p, "sized_at", None) or first_at) - t0
         now = time.monotonic()
         if first_at is not None and now >= first_at + max(grace_s, 3 * (first_at - t0)):
             break
@@ -247,7 +251,7 @@ def _probe_results(
         if (
             provisional is not None and first_at is not None and pending
             and all(isinstance(p, early.EarlyProbe) for p in pending)
-            and now >= first_at + max(0.05, 2 * (first_at - t0))
+            and now >= first_at + max(0.05, 2 * answered_in)
         ):
             break
         if pending:

@@ -255,6 +255,9 @@ class EarlyProbe:
         self.leader = leader
         self._head_get: Any = None  # its HeadGet, if it began one (http://)
         self._fetcher: Any = None  # its fetcher once made (for path_rtt)
+        # time.monotonic() when the mirror answered the size: the REST check and
+        # the transfer's start that follow may wait on another mirror
+        self.sized_at: float | None = None
         self._done = threading.Event()
         self._value: tuple[str, Any, int | None, str] = (url, None, None, "not finished")
         self._error: BaseException | None = None
@@ -337,6 +340,7 @@ class EarlyProbe:
         except (TransferError, OSError) as exc:
             f.close()
             return self.url, None, None, reason(exc)
+        self.sized_at = time.monotonic()
         if not self.head and not begun and size:
             try:
                 if self.at:  # (a coordinator's portion: the fetcher's own buffer)

@@ -3213,8 +3213,9 @@ class DownloadEngine:
     def _unanswered(self, lane: Lane, now: float) -> bool:
         """Lock held: ``lane``, its flow's current one, has had no first byte for
         no_answer_s, 8 of its path's round trips and 4 of its flow's request
-        latencies (or the stall timeout, if shorter) since its flow began it (Flow.unanswered_since: a reconnect or
-        a retry in between does not start the count again)."""
+        latencies (or the stall timeout, if shorter) since its flow began it
+        (Flow.unanswered_since: a reconnect or a retry in between does not start
+        the count again)."""
         flow = lane.flow
         started = flow.unanswered_since
         if lane is not flow.lane or lane.first_byte is not None or started is None:
