@@ -171,11 +171,11 @@ class EngineConfig:
     # down stays silent.
     dark_after_s: float = 1.0
     # A request with no first byte this long (and 8 of its path's round trips, 4 of
-    # its flow's request latencies), while other flows carry data, keeps one unit
-    # of the split grid and hands the rest of its range over; its flow counts as rate 0 for the tail
-    # (_unanswered). A server that accepts connections and then says nothing (hung,
-    # SIGSTOPped: the host completes the handshakes) held its whole portion until the
-    # stall timeout: sweep freeze-start, 1.75x the bound where aria2c took 1.29x.
+    # its flow's request latencies), while other flows carry data, keeps one unit of
+    # the split grid and hands the rest of its range over; its flow counts as rate 0
+    # for the tail (_unanswered). A server that accepts connections and then says
+    # nothing (a hung host completes the handshakes) held its whole portion until
+    # the stall timeout: sweep freeze-start, 1.76x the bound where aria2c took 1.28x.
     no_answer_s: float = 3.0
     # A flow whose range ended in a silence takes no one else's work (_stalled_idle),
     # but gets a trial range once its connection answered again (_trial_range): a
