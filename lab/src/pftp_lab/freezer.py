@@ -54,9 +54,8 @@ class FreezeGroup:
         return (self.path / "freezer.state").read_text().strip() == "FROZEN"
 
     def remove(self) -> None:
-        """Thaw, then remove the group once its processes are gone (they move to
-        the parent group when it is removed with some left: not here, rmdir fails
-        then and the group stays for `pftp_lab.cleanup`)."""
+        """Thaw, then remove the group. Called once its processes are gone: with
+        some left, rmdir fails (OSError) and the group stays for pftp_lab.cleanup."""
         with contextlib.suppress(FileNotFoundError):
             self.set_frozen(False)
         with contextlib.suppress(FileNotFoundError):
@@ -64,7 +63,7 @@ class FreezeGroup:
 
 
 def _root() -> tuple[Path, bool]:
-    if (V1_ROOT / "freezer.state").exists() or V1_ROOT.is_dir():
+    if V1_ROOT.is_dir():
         return V1_ROOT, False
     for root in V2_ROOTS:
         if (root / "cgroup.procs").exists() and (root / "cgroup.controllers").exists():
