@@ -416,3 +416,29 @@ def test_a_first_mirror_that_never_answers_has_rest_checked_on_a_second_connecti
     assert all(_head_offset(p) is None for p in probes)  # each was taken over
     by = {m.url: m for m in summary.mirrors}
     assert by[urls[0]].bytes == 0
+
+
+def test_a_check_aside_that_finds_rest_ignored_starts_no_transfer(
+    start_pyftpd, tmp_path: Path, clean_early, monkeypatch
+) -> None:
+    """First mirror mute, so the REST check goes to a second connection; the server
+    answers 350 and sends from byte 0 there: its early transfer is not trusted, and
+    no later transfer is started on it (its bytes would be the file's first ones)."""
+    import socket
+
+    from pyftpdlib.handlers import FTPHandler
+
+    class IgnoresRest(FTPHandler):
+        def ftp_REST(self, line: str) -> None:
+            self.respond(f"350 Restarting at position {line}.")
+
+    monkeypatch.delenv("PFTP_ACCESS_BANDWIDTH", raising=False)
+    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
+    liar = start_pyftpd(handler=IgnoresRest)
+    liar.put("f.bin", os.urandom(2_000_003))
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as mute:
+        urls = [f"ftp://127.0.0.1:{mute.getsockname()[1]}/f.bin", liar.url("f.bin")]
+        early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
+        fetcher = early._probes[urls[1]].result()[1]
+        assert fetcher is not None and fetcher.rest_honoured is False
+        assert fetcher.head_progress() is None
