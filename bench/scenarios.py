@@ -19,9 +19,9 @@ class Event:
     Kinds: 'slow' (its link to rate_bps), 'kill' (its servers SIGKILLed: transfers
     end), 'restart' (a killed mirror's servers back), 'disconnect' (its link down:
     transfers stall without an error), 'reconnect' (link up again), 'freeze' (its
-    processes SIGSTOPped: the host still completes TCP handshakes, no server answers),
-    'thaw' (SIGCONT), 'access' (the client's access link to rate_bps; `mirror` is
-    ignored)."""
+    processes frozen, pftp_lab.freezer: the host still completes TCP handshakes, no
+    server answers), 'thaw' (they run again), 'access' (the client's access link to
+    rate_bps; `mirror` is ignored)."""
 
     at_fraction: float
     kind: str

@@ -429,7 +429,11 @@ class EarlyProbe:
                         return True
                     if aside.ignored:
                         return False  # (prepare says so and remembers it)
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                # (a check aside under way is waited for a while longer: giving up
+                # costs the same round trips on this connection, and the bytes)
+                if now >= deadline and (aside is None or aside.done.is_set()
+                                        or now >= deadline + _REST_WAIT_S):
                     return False
                 time.sleep(0.001)
         finally:
