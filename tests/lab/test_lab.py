@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pftp_lab import BottleneckSpec, Lab, LabError, MirrorSpec, make_file, sha256_file
+from pftp_lab import BottleneckSpec, Lab, LabError, Mirror, MirrorSpec, make_file, sha256_file
 from pftp_lab.cleanup import clean
 from pftp_lab.netns import list_namespaces, namespace_pids
 
@@ -34,6 +34,18 @@ def curl(lab: Lab, url: str, out: Path, *extra: str, timeout: float = 60
          "-w", "%{speed_download} %{size_download}", *extra, url],
         timeout=timeout + 30,
     )
+
+
+def curl_under_way(lab: Lab, m: Mirror, out: Path) -> subprocess.Popen[bytes]:
+    """curl of the mirror's data.bin into ``out`` in the background, once its first
+    bytes are in."""
+    proc = lab.popen_in("client", ["curl", "-sS", "--max-time", "60", "-o", str(out),
+                                   m.ftp_url("data.bin")],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while (not out.exists() or out.stat().st_size == 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc
 
 
 def gone(pid: int) -> bool:
@@ -187,12 +199,7 @@ def test_kill_ends_transfers_in_flight_and_restart_serves_again(kind, data, tmp_
         m = lab.mirrors[0]
         out = tmp_path / "partial.bin"
         # 1 MB at 1 Mbit/s takes ~8 s: the kill lands mid-transfer
-        proc = lab.popen_in("client", ["curl", "-sS", "--max-time", "60", "-o", str(out),
-                                       m.ftp_url("data.bin")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 30
-        while (not out.exists() or out.stat().st_size == 0) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        proc = curl_under_way(lab, m, out)
         assert len(m.pids) >= 2, "listener plus a session process expected"
         lab.kill(m)
         assert m.pids == [] and not m.alive
@@ -243,12 +250,7 @@ def test_freeze_stalls_transfers_while_connections_still_get_through_and_thaw_re
         m = lab.mirrors[0]
         out = tmp_path / "slow.bin"
         # 1 MB at 4 Mbit/s: ~2 s, frozen after its first bytes
-        proc = lab.popen_in("client", ["curl", "-sS", "--max-time", "60", "-o", str(out),
-                                       m.ftp_url("data.bin")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 30
-        while (not out.exists() or out.stat().st_size == 0) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        proc = curl_under_way(lab, m, out)
         lab.freeze(m)
         try:
             assert m.frozen and m.alive

@@ -425,7 +425,7 @@ class EarlyProbe:
                 if aside is None and time.monotonic() >= self._aside_at(f, leader, begun):
                     aside = _AsideRestCheck(self.url, self.timeout)
                 if aside is not None and aside.done.is_set():
-                    if aside.proof is not None and f.accept_rest_proof(aside.proof):
+                    if aside.proof is not None and f.trust_rest(aside.proof):
                         return True
                     if aside.ignored:
                         return False  # (prepare says so and remembers it)

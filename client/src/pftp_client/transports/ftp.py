@@ -778,18 +778,15 @@ class FtpFetcher:
         trust_rest; None when it has not checked (or could not). Thread-safe."""
         return self._server() if self._rest_honoured is True else None
 
-    def trust_rest(self, proof: tuple[str, int]) -> None:
+    def trust_rest(self, proof: tuple[str, int]) -> bool:
         """Take another fetcher's REST check (its rest_proof) for this one: a
-        mirror's extra connections skip the probe's two round trips. Taken only
+        mirror's extra connections skip the probe's two round trips, and a head
+        transfer started with ``rest_checked_later`` may be taken over. Taken only
         when this one reaches the same address and port (a name that resolves to
-        several servers is probed on each)."""
+        several servers is probed on each): at its next REST check, or at once
+        when it is connected already. True when REST counts as honoured now.
+        Thread-safe."""
         self._rest_trusted = proof
-
-    def accept_rest_proof(self, proof: tuple[str, int]) -> bool:
-        """trust_rest for a head transfer started with ``rest_checked_later``:
-        another connection's probe of the same server (its rest_proof) confirms
-        REST for this one at once, so the head may be taken over. True when
-        REST counts as honoured now. Thread-safe."""
         if self._rest_honoured is None and self._server() == proof:
             self._rest_honoured = True
         return self._rest_honoured is True
