@@ -442,3 +442,45 @@ def test_a_check_aside_that_finds_rest_ignored_starts_no_transfer(
         fetcher = early._probes[urls[1]].result()[1]
         assert fetcher is not None and fetcher.rest_honoured is False
         assert fetcher.head_progress() is None
+
+
+def test_a_mute_first_mirror_behind_a_configured_link_holds_no_one(
+    start_pyftpd, tmp_path: Path, clean_early, monkeypatch
+) -> None:
+    """Lead start (80 Mbit/s configured) with a first mirror that accepts and never
+    greets: the others gave up on it once it had not carried the link within what
+    a lead start could save (lead.budget_s, ~13 ms here), started at their blocks
+    of an even start, and the engine released them the same way (its wait counted
+    from the same connects: DownloadEngine began_at). Before, each waited for the
+    first mirror's probe to end (its 30 s timeout), then stood by."""
+    import socket
+
+    from pftp_client import download
+    from pftp_client.ranges import first_offsets
+
+    monkeypatch.setenv("PFTP_ACCESS_BANDWIDTH", "80M")
+    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
+    data = os.urandom(3_000_003)
+    first = start_pyftpd()
+    first.put("f.bin", data)
+    others = [first, start_pyftpd(root=first.root)]
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as mute:  # (never accepts)
+        urls = [f"ftp://127.0.0.1:{mute.getsockname()[1]}/f.bin",
+                *[s.url("f.bin") for s in others]]
+        early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
+        probes = [early._probes[u] for u in urls[1:]]
+        for p in probes:  # (ended long before the mute one's 30 s)
+            assert p.wait(10.0)
+        assert [_head_offset(p) for p in probes] == first_offsets(len(data), 3)[1:]
+        fetchers = [p.result()[1] for p in probes]
+        summary = download(mirrors=urls, output=tmp_path / "f.bin", timeout=30.0,
+                           access_bandwidth_bps=80_000_000,
+                           sha256=hashlib.sha256(data).hexdigest(), congestion="off")
+    assert summary.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
+    assert all(f.head_history is not None for f in fetchers)  # taken over, not aborted
+    # (released at the engine's first judgement: a standby whose thread had not
+    # begun yet gets no "resumed" event)
+    resumed = [e for e in summary.events if e.kind == "resumed"]
+    assert resumed and all("could save" in e.detail and e.at_s < 1.0 for e in resumed), resumed
+    by = {m.url: m for m in summary.mirrors}
+    assert by[urls[0]].bytes == 0 and all(by[u].bytes > 0 for u in urls[1:])

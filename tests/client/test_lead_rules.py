@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 from pftp_client.lead import (
     LeadSettings,
+    budget_s,
+    carrying,
     judge_start,
     judge_steady,
     pays_off,
@@ -278,3 +280,67 @@ def test_no_rate_after_recovery_without_one_clear_recovery(phases):
     s = meter_series(phases)
     assert rate_after_recovery(s, rtt_s=0.02, access_Bps=ACCESS_4M, s=S, step_s=0.1) == 0.0
 
+
+
+# ---- the budget: a leader that does not carry the link holds the others no longer
+# than a lead start could save (lead.budget_s)
+
+ACCESS_80M = 80e6 / 8
+
+
+def test_the_budget_is_the_lane_ends_an_even_start_would_waste():
+    assert budget_s(4, ACCESS_4M, S) == pytest.approx(3 * S.cut_waste_bytes / ACCESS_4M)
+    assert budget_s(4, ACCESS_80M, S) == pytest.approx(budget_s(4, ACCESS_4M, S) / 20)
+    assert budget_s(1, ACCESS_4M, S) == 0.0 and budget_s(4, 0.0, S) == 0.0
+
+
+def test_a_leader_with_no_data_is_released_once_the_budget_is_spent():
+    """A first mirror that is down or hung (no byte at all): released after the
+    budget (~20 ms behind 80 Mbit/s), not after max_wait_s (2 s)."""
+    budget = budget_s(4, ACCESS_80M, S)
+    kw = {"rtt_s": RTT, "access_Bps": ACCESS_80M, "s": S, "budget": budget}
+    assert judge_start([], started=0.0, now=0.9 * budget, **kw)[0] == "wait"
+    verdict, why = judge_start([], started=0.0, now=budget, **kw)
+    assert verdict == "release" and "could save" in why
+    # without a budget, the old rule: only after max_wait_s
+    assert judge_start([], started=0.0, now=budget, rtt_s=RTT, access_Bps=ACCESS_80M,
+                       s=S)[0] == "wait"
+
+
+def slow_start(t_first: float, rtt: float, rounds: int, first_bytes: int = 14_480
+               ) -> list[tuple[float, int]]:
+    """A far flow's arrivals: its window doubling every round trip."""
+    out, total, w = [], 0, first_bytes
+    for i in range(rounds):
+        total += w
+        out.append((round(t_first + i * rtt, 6), total))
+        w *= 2
+    return out
+
+
+def test_a_far_leader_in_slow_start_is_released_on_the_budget():
+    """A first mirror at 200 ms: its first byte ~0.8 s after its connect, then a
+    window doubling each 200 ms. Its 6-round-trip window alone would hold the
+    others 1.2 s more (far-first behind 80 Mbit/s: 1.27x)."""
+    s = slow_start(0.8, 0.2, 3)
+    kw = {"rtt_s": 0.2, "access_Bps": ACCESS_80M, "s": S}
+    assert judge_start(s, started=0.0, now=1.25, **kw)[0] == "wait"
+    verdict, why = judge_start(s, started=0.0, now=1.25, budget=budget_s(4, ACCESS_80M, S), **kw)
+    assert verdict == "release" and "could save" in why
+
+
+def test_a_leader_that_carries_the_link_is_not_released_by_the_budget():
+    """Past the budget, a leader carrying the link is judged as before: full on a
+    steady link rate, and left to recover from a stall after a burst that
+    carried the link (lab 4 Mbit/s: slow start's overshoot)."""
+    budget = budget_s(4, ACCESS_4M, S)
+    steady = series(0.01, 0.6, 0.97 * ACCESS_4M, start_bytes=14_480)
+    verdict, _ = judge_start(steady, started=0.0, now=0.6, rtt_s=RTT, access_Bps=ACCESS_4M,
+                             s=S, budget=budget)
+    assert verdict == "full"
+    burst = [(0.0, 28_960), (0.04, 50_680), (0.07, 65_536)]  # stalled since 0.07
+    assert judge_start(burst, started=-0.002, now=0.22, rtt_s=RTT, access_Bps=ACCESS_4M,
+                       s=S, budget=0.1)[0] == "wait"
+    assert carrying(burst, now=0.22, rtt_s=RTT, access_Bps=ACCESS_4M, s=S)
+    assert not carrying(burst[:1], now=0.22, rtt_s=RTT, access_Bps=ACCESS_4M, s=S)
+    assert not carrying([], now=1.0, rtt_s=RTT, access_Bps=ACCESS_4M, s=S)

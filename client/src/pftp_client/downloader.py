@@ -580,9 +580,12 @@ def download(
                 probe.discard()  # (one per offset)
             else:
                 taken.append(probe)
+    began_at: float | None = None  # (the entry point's first connects: a lead start's clock)
     if plan is None:
         asked_at = time.monotonic()
         probes = _start_probes([*urls, *spare], open_fetcher, timeout)
+        began_at = min((p.begun_at for p in probes if isinstance(p, early.EarlyProbe)),
+                       default=None)
         start_background()
         why_not: dict[str, str] = {}
         late: list[_Background | early.EarlyProbe] = []
@@ -695,6 +698,7 @@ def download(
                     coordinator=used_coordinator if report else None,
                     access_bw=bw,
                     t0=t0,
+                    began_at=began_at if first_try else None,
                     late=late_mirrors if first_try else None,
                     cross_check=cross_check,
                 )
@@ -962,6 +966,7 @@ def _run_locked(
     coordinator: str | None,
     access_bw: int | None,
     t0: float,
+    began_at: float | None = None,
     capture_permitted: Callable[[], bool] | None = None,
     late: _LateMirrors | None = None,
     cross_check: bool = True,
@@ -1086,6 +1091,7 @@ def _run_locked(
         checkpoint=checkpoint,
         on_prefix=hasher.advance,
         log=lambda m: log.info(m),
+        began_at=began_at,
     )
     hasher.advance(done.contiguous_end(0))
     if late is not None:

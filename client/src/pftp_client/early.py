@@ -258,6 +258,7 @@ class EarlyProbe:
         # time.monotonic() when the mirror answered the size: the REST check and
         # the transfer's start that follow may wait on another mirror
         self.sized_at: float | None = None
+        self.begun_at = time.monotonic()  # (its connect goes out now)
         self._done = threading.Event()
         self._value: tuple[str, Any, int | None, str] = (url, None, None, "not finished")
         self._error: BaseException | None = None
@@ -490,31 +491,43 @@ class EarlyProbe:
     def falls_short(self, access_Bps: float) -> bool:
         """Waits for this (the first) mirror's head transfer to show that it falls
         short of the access link (lead.judge_start), for up to _VERDICT_WAIT_S after
-        its first byte. False when it does not show it in time, or fills the link."""
-        from pftp_client.lead import LeadSettings, judge_start
+        its first byte. False when it does not show it in time, or fills the link.
+        True, without waiting for its probe, once it has not carried the link
+        within the lead start's budget (lead.budget_s) from its connect: down, or
+        farther than the wait is worth; the engine's judge, counting from the same
+        moment (DownloadEngine began_at), releases the others the same way."""
+        from pftp_client.lead import LeadSettings, budget_s, judge_start
 
         settings = LeadSettings()
+        budget = budget_s(self.slots, access_Bps, settings)
         while True:
+            now = time.monotonic()
             # (an http first mirror's head start before its probe has ended, then
             # what the probe's fetcher has of it)
             progress = self._head_get_progress()
+            if progress is None and not self._done.is_set():
+                if now - self.begun_at >= budget:
+                    return True  # (no byte yet, so it does not carry the link)
+                self._done.wait(0.002)
+                continue
             if progress is None:
-                self._done.wait()
                 f = self._value[1]
                 progress = f.head_progress() if f is not None else None
                 if progress is None:
                     break
             requested_at, samples, rtt = progress
-            now = time.monotonic()
             if not samples:
+                if now - self.begun_at >= budget:
+                    return True
                 if now - requested_at > settings.max_wait_s:
                     return False
             else:
                 first_t = samples[0][0]
                 if rtt is None:  # RETR to first byte: a round trip and the server's start
                     rtt = first_t - requested_at
-                verdict, _ = judge_start(samples, started=requested_at, now=now,
-                                         rtt_s=rtt, access_Bps=access_Bps, s=settings)
+                verdict, _ = judge_start(samples, started=min(requested_at, self.begun_at),
+                                         now=now, rtt_s=rtt, access_Bps=access_Bps, s=settings,
+                                         budget=budget)
                 if verdict != "wait" or now - first_t > _VERDICT_WAIT_S:
                     return verdict == "release"
             time.sleep(0.002)

@@ -50,6 +50,7 @@ from pftp_client.flow_observer import DetectorFactory, FlowObserver, FlowTimings
 from pftp_client.integrity import sha256_of_buffer, sha256_of_range
 from pftp_client.lead import (
     LeadSettings,
+    budget_s,
     judge_start,
     judge_steady,
     pays_off,
@@ -635,7 +636,11 @@ class DownloadEngine:
         on_prefix: Callable[[int], None] | None = None,
         log: Callable[[str], None] = lambda _m: None,
         clock: Callable[[], float] = time.monotonic,
+        began_at: float | None = None,
     ) -> None:
+        """``began_at``: when the download's first connections went out, on
+        ``clock`` (the entry point's or download()'s size probes; default: now):
+        a lead start's wait is counted from then (lead.judge_start's budget)."""
         self.plan = plan
         self.size = plan.file.size
         self.part = part
@@ -694,7 +699,7 @@ class DownloadEngine:
         # The access figure before the flows proved it low (_top_up), None while it holds.
         self.access_raised_from: float | None = None
         self._figure_tested = False  # a backup joined to test it (_figure_untested)
-        self._lead_since = self._t0
+        self._lead_since = self._t0 if began_at is None else min(began_at, self._t0)
         self._lead_lane = -1  # the leader's lane the samples are about
         self._lead_head_at: float | None = None  # its head start's request (FtpFetcher)
         self._lead_todo: RangeSet | None = None  # what was left when lead start began
@@ -1315,7 +1320,6 @@ class DownloadEngine:
             lead = self.plan.active[0]
             self._lead_name = lead.name
             self._lead_phase = "probing"
-            self._lead_since = self._clock()
             self._initial_for[lead.name] = todo.copy()
             self._lead_todo = todo.copy()
             names = ", ".join(m.name for m in self.plan.active[1:])
@@ -1424,9 +1428,11 @@ class DownloadEngine:
             started = min(started, self._lead_head_at)
         rtt = leader.latency_s if leader.latency_s is not None else self.cfg.default_latency_s
         assert self.cfg.access_bps
+        access_Bps = self.cfg.access_bps / 8
         verdict, why = judge_start(
-            self._lead_samples, started=started or self._lead_since, now=now, rtt_s=rtt,
-            access_Bps=self.cfg.access_bps / 8, s=self.cfg.lead,
+            self._lead_samples, started=min(started or self._lead_since, self._lead_since),
+            now=now, rtt_s=rtt, access_Bps=access_Bps, s=self.cfg.lead,
+            budget=budget_s(len(self.plan.active), access_Bps, self.cfg.lead),
         )
         if verdict == "full":
             self._lead_phase = "full"

@@ -75,17 +75,45 @@ class LeadSettings(NamedTuple):
     cut_waste_bytes: int = 64 * 1024
 
 
-def pays_off(flows: int, access_Bps: float, s: LeadSettings) -> bool:
-    """Is a lead start worth its wait on this link? It saves the lane ends of an
-    even start (``flows`` - 1 of them at the start, each wasting about
-    ``cut_waste_bytes`` of the access link's time), and it costs at least the first
-    verdict's window, while the others wait. Behind a slow link the saving is
-    large (3 ends at 4 Mbit/s: ~0.4 s); on a fast one it is smaller than the wait
-    (3 ends at 1 Gbit/s: 1.6 ms, against a window of 10 ms or more), so the flows
-    start together, as they do when the bandwidth is unknown."""
+def budget_s(flows: int, access_Bps: float, s: LeadSettings) -> float:
+    """What a lead start can save at most, in seconds of the access link: the lane
+    ends of an even start (``flows`` - 1 of them at the start, each wasting about
+    ``cut_waste_bytes`` of the link's time). 3 ends at 4 Mbit/s: ~0.4 s; at 1
+    Gbit/s: 1.6 ms. The others' wait for a leader that does not carry the link is
+    bounded by it (judge_start)."""
     if flows < 2 or access_Bps <= 0:
+        return 0.0
+    return (flows - 1) * s.cut_waste_bytes / access_Bps
+
+
+def pays_off(flows: int, access_Bps: float, s: LeadSettings) -> bool:
+    """Is a lead start worth its wait on this link? It saves budget_s, and it
+    costs at least the first verdict's window, while the others wait. On a fast
+    link the saving is smaller than that window (10 ms or more), so the flows
+    start together, as they do when the bandwidth is unknown."""
+    return flows >= 2 and budget_s(flows, access_Bps, s) >= s.min_window_s
+
+
+def carrying(
+    samples: Sequence[tuple[float, int]], *, now: float, rtt_s: float, access_Bps: float,
+    s: LeadSettings,
+) -> bool:
+    """Does the leading flow carry at least the ``short`` share of the link: on
+    all it has sent since its first arrival, up to now or up to any arrival two
+    round trips (10 ms at least) after it (one that filled the link and is now in
+    loss recovery: judge_start's own rules and max_wait_s decide), or on its last
+    two round trips (50 ms at least)? A flow with no data does not."""
+    if not samples:
         return False
-    return (flows - 1) * s.cut_waste_bytes / access_Bps >= s.min_window_s
+    least = s.short * access_Bps
+    first_t = samples[0][0]
+    if samples[-1][1] / max(now - first_t, 1e-3) >= least:
+        return True
+    settled = max(0.01, 2 * rtt_s)
+    if any(b / (t - first_t) >= least for t, b in samples if t - first_t >= settled):
+        return True
+    recent = rate_between(samples, now - max(0.05, 2 * rtt_s), now)
+    return recent is not None and recent >= least
 
 
 def rate_between(samples: Sequence[tuple[float, int]], t0: float, t1: float) -> float | None:
@@ -107,6 +135,7 @@ def judge_start(
     rtt_s: float,
     access_Bps: float,
     s: LeadSettings,
+    budget: float | None = None,
 ) -> tuple[Verdict, str]:
     """Does the leading flow fill the access link by itself?
 
@@ -120,7 +149,22 @@ def judge_start(
     A stalled flow is judged on the rate it had while data came. A leader that
     filled the link before its stall is left to recover (up to ``max_wait_s``). One
     that was short of the link before it is released after ``stall_window_s``. So is
-    one that sent nothing after its first arrival."""
+    one that sent nothing after its first arrival.
+
+    ``budget`` (budget_s): once that long has passed since ``started`` (when
+    the others could have started) with the leader not carrying the link, the
+    wait has cost what the lead start could save: released. A leader that is
+    down, far (its first byte ~4 round trips after its connect, then slow
+    start) or slow to answer held the others for up to ``max_wait_s`` (a first
+    mirror at 200 ms behind 80 Mbit/s: 1.25x; its link down: 1.9x)."""
+    if (budget is not None and now - started >= budget
+            and not carrying(samples, now=now, rtt_s=rtt_s, access_Bps=access_Bps, s=s)):
+        got = samples[-1][1] if samples else 0
+        return "release", (
+            f"the leading flow has not carried half of the {access_Bps * 8 / 1e6:.2f} Mbit/s "
+            f"access link ({got} bytes in {now - started:.2f} s), past the {budget:.2f} s "
+            "a lead start could save"
+        )
     if not samples:
         if now - started >= s.max_wait_s:
             return "release", f"no data from the leading flow after {now - started:.2f} s"
