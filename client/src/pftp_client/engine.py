@@ -125,6 +125,13 @@ class EngineAborted(Exception):
     """The download was cancelled (Ctrl-C) or hit a local error (disk)."""
 
 
+# How long a leader is left to make its first request after the engine's start, and
+# to show its first arrivals after that request, before it is judged (judge_start's
+# budget counts from the download's first connects, and may be spent before the
+# engine starts): its thread taking its connection, and a head start's arrivals.
+_LEADER_TAKES_S = 0.05
+
+
 @dataclass
 class EngineConfig:
     timeout: float = 30.0  # connect / reply timeout of a transport
@@ -1422,7 +1429,12 @@ class DownloadEngine:
             return
         self._lead_judged_at = now
         lane = leader.lane
+        if (lane is None or lane.requested_at is None) and now - self._t0 < _LEADER_TAKES_S:
+            return  # (its thread is taking its connection, and a head start's history)
         self._sample_lead(leader, lane, now)
+        if (not self._lead_samples and lane is not None and lane.requested_at is not None
+                and now - lane.requested_at < _LEADER_TAKES_S):
+            return  # (the same: its request has just gone out, or taken a head start over)
         started = lane.requested_at if lane is not None else None
         if started is not None and self._lead_head_at is not None:
             started = min(started, self._lead_head_at)
