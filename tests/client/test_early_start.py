@@ -9,7 +9,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pftp_client import early
@@ -379,37 +381,64 @@ def test_a_slow_entry_point_probe_does_not_hold_the_start(
         assert f"reports {len(data) + 1} bytes" in failed.detail
 
 
-def test_a_first_mirror_that_never_answers_has_rest_checked_on_a_second_connection(
+def _never_sends_handler() -> type:
+    """A server that logs in and answers everything but RETR, which it never answers
+    (a first mirror whose disk hangs, or whose transfers a broken firewall drops)."""
+    from pyftpdlib.handlers import FTPHandler
+
+    class NeverSends(FTPHandler):
+        def ftp_RETR(self, file: str) -> None:
+            return None
+
+    return NeverSends
+
+
+def _others_with_a_first(start_pyftpd, tmp_path: Path, monkeypatch, data: bytes,
+                         first_url: Callable[[Any], str]) -> tuple[list[str], list[Any],
+                                                                   list[tuple[int, str]]]:
+    """Two mirrors of ``data`` recording their REST arguments, behind a first
+    mirror ``first_url(root)``; the early probes of `pftp get --mirror` x3 started
+    (no access bandwidth: an even start)."""
+    monkeypatch.delenv("PFTP_ACCESS_BANDWIDTH", raising=False)
+    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
+    seen: list[tuple[int, str]] = []
+    second = start_pyftpd(handler=_rest_args_handler(seen))
+    second.put("f.bin", data)
+    others = [second, start_pyftpd(root=second.root, handler=_rest_args_handler(seen))]
+    urls = [first_url(second.root), *[o.url("f.bin") for o in others]]
+    early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
+    return urls, others, seen
+
+
+def _rests_of(seen: list[tuple[int, str]], server: Any) -> list[str]:
+    return [arg for port, arg in seen if port == server.port]
+
+
+def test_a_first_mirror_that_never_answers_has_rest_probed_before_the_transfer(
     start_pyftpd, tmp_path: Path, clean_early, monkeypatch
 ) -> None:
     """The first mirror accepts connections and never greets (hung, or its host up
-    and its server stopped), so the others' first bytes have nothing to be compared
-    with. Each checks REST on a second connection (REST size-1) while its transfer
-    goes on: that transfer is kept, not aborted and begun again after 1.5 s with its
-    bytes thrown away. The download then hands the mute mirror's block over."""
+    and its server stopped), so the others' first bytes would have nothing to be
+    compared with. Each finds it not logged in by the time it has its own size, and
+    probes REST on its own connection first (REST size-1), then starts its transfer
+    once (before: started it, waited 1.5 s, probed and began again, its bytes
+    thrown away). The download then hands the mute mirror's block over."""
     import socket
 
     from pftp_client import download
     from pftp_client.ranges import first_offsets
 
-    monkeypatch.delenv("PFTP_ACCESS_BANDWIDTH", raising=False)
-    monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
     data = os.urandom(3_000_003)
-    seen: list[tuple[int, str]] = []
-    first = start_pyftpd(handler=_rest_args_handler(seen))
-    first.put("f.bin", data)
-    others = [first, start_pyftpd(root=first.root, handler=_rest_args_handler(seen))]
     with socket.create_server(("127.0.0.1", 0), backlog=16) as mute:  # (never accepts)
-        urls = [f"ftp://127.0.0.1:{mute.getsockname()[1]}/f.bin",
-                *[s.url("f.bin") for s in others]]
-        early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
+        urls, others, seen = _others_with_a_first(
+            start_pyftpd, tmp_path, monkeypatch, data,
+            lambda _root: f"ftp://127.0.0.1:{mute.getsockname()[1]}/f.bin")
         probes = [early._probes[u] for u in urls[1:]]
         blocks = first_offsets(len(data), 3)[1:]
         assert [_head_offset(p) for p in probes] == blocks
         assert all(p.result()[1].rest_honoured for p in probes)
         for server, block in zip(others, blocks, strict=True):
-            rests = sorted(arg for port, arg in seen if port == server.port)
-            assert rests == sorted([str(block), str(len(data) - 1)]), (server.port, seen)
+            assert _rests_of(seen, server) == [str(len(data) - 1), str(block)], seen
         summary = download(mirrors=urls, output=tmp_path / "f.bin", timeout=30.0,
                            sha256=hashlib.sha256(data).hexdigest(), congestion="off")
     assert summary.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
@@ -418,14 +447,37 @@ def test_a_first_mirror_that_never_answers_has_rest_checked_on_a_second_connecti
     assert by[urls[0]].bytes == 0
 
 
+def test_a_first_mirror_that_never_sends_has_rest_checked_on_a_second_connection(
+    start_pyftpd, tmp_path: Path, clean_early, monkeypatch
+) -> None:
+    """The first mirror logs in and never answers its RETR: the others' transfers,
+    begun at their blocks, have no bytes to be compared with. Each checks REST on a
+    second connection (REST size-1) while its transfer goes on: that transfer is
+    kept, not aborted and begun again after 1.5 s with its bytes thrown away."""
+    from pftp_client.ranges import first_offsets
+
+    data = os.urandom(3_000_003)
+
+    def first(root: Path) -> str:
+        silent = start_pyftpd(root=root, handler=_never_sends_handler())
+        return silent.url("f.bin")
+
+    urls, others, seen = _others_with_a_first(start_pyftpd, tmp_path, monkeypatch, data, first)
+    probes = [early._probes[u] for u in urls[1:]]
+    blocks = first_offsets(len(data), 3)[1:]
+    assert [_head_offset(p) for p in probes] == blocks
+    assert all(p.result()[1].rest_honoured for p in probes)
+    for server, block in zip(others, blocks, strict=True):
+        assert _rests_of(seen, server) == [str(block), str(len(data) - 1)], seen
+
+
 def test_a_check_aside_that_finds_rest_ignored_starts_no_transfer(
     start_pyftpd, tmp_path: Path, clean_early, monkeypatch
 ) -> None:
-    """First mirror mute, so the REST check goes to a second connection; the server
-    answers 350 and sends from byte 0 there: its early transfer is not trusted, and
-    no later transfer is started on it (its bytes would be the file's first ones)."""
-    import socket
-
+    """First mirror silent after its login, so the REST check goes to a second
+    connection; the server answers 350 and sends from byte 0 there: its early
+    transfer is not trusted, and no later transfer is started on it (its bytes
+    would be the file's first ones)."""
     from pyftpdlib.handlers import FTPHandler
 
     class IgnoresRest(FTPHandler):
@@ -436,12 +488,12 @@ def test_a_check_aside_that_finds_rest_ignored_starts_no_transfer(
     monkeypatch.setenv("PFTP_CLIENT_CONFIG", str(tmp_path / "none.toml"))
     liar = start_pyftpd(handler=IgnoresRest)
     liar.put("f.bin", os.urandom(2_000_003))
-    with socket.create_server(("127.0.0.1", 0), backlog=16) as mute:
-        urls = [f"ftp://127.0.0.1:{mute.getsockname()[1]}/f.bin", liar.url("f.bin")]
-        early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
-        fetcher = early._probes[urls[1]].result()[1]
-        assert fetcher is not None and fetcher.rest_honoured is False
-        assert fetcher.head_progress() is None
+    silent = start_pyftpd(root=liar.root, handler=_never_sends_handler())
+    urls = [silent.url("f.bin"), liar.url("f.bin")]
+    early.start(["get", *[a for u in urls for a in ("--mirror", u)]])
+    fetcher = early._probes[urls[1]].result()[1]
+    assert fetcher is not None and fetcher.rest_honoured is False
+    assert fetcher.head_progress() is None
 
 
 def test_a_mute_first_mirror_behind_a_configured_link_holds_no_one(
