@@ -181,6 +181,11 @@ _REST_WAIT_S = 1.5
 # dark-first, coordinated: 1.19-1.41x). A check aside that was not needed costs
 # a login and one byte.
 _REST_ASIDE_AFTER_S = 0.15
+# A mirror this near (its path's RTT) probes REST first when the first mirror has not
+# logged in yet (EarlyProbe._leader_connects): the probe's two round trips cost it
+# little. A farther one starts its transfer at once and is checked later (its buffer
+# fills slowly in slow start; the probe first cost the coordinated wide-area 0.07x).
+_REST_PROBE_FIRST_RTT_S = 0.01
 
 
 class _AsideRestCheck:
@@ -401,7 +406,8 @@ class EarlyProbe:
         tell (equal bytes, no data in time) the probe decides, and the transfer
         starts again after it."""
         kw = {} if limit is None else {"limit": limit}
-        if f.rest_honoured is None and self.leader is not None and self._leader_connects():
+        if f.rest_honoured is None and self.leader is not None and (
+                (f.path_rtt() or 0.0) > _REST_PROBE_FIRST_RTT_S or self._leader_connects()):
             f.start_head(offset, rest_checked_later=True, **kw)
             if self._rest_shown(f, min(_REST_SAMPLE_BYTES, size - offset)):
                 return
@@ -412,10 +418,11 @@ class EarlyProbe:
         """Has the first mirror connected, or does it within as long again as this
         mirror took to connect and learn the size (_REST_ASIDE_AFTER_S at most)?
         One that has not is down, or farther than this one: its bytes would come
-        long after this mirror's own REST probe, which is then made first, on a
-        link this mirror's transfer has not filled yet. Checked aside instead,
-        behind that transfer, it took 0.5 s (sweep r3: a first mirror at 250 ms,
-        a near one behind a 68 Mbit/s access link and its 1 MB of buffered data)."""
+        long after this near mirror's own REST probe (_REST_PROBE_FIRST_RTT_S),
+        which is then made first, on a link this mirror's transfer has not filled
+        yet. Checked aside instead, behind that transfer, it took 0.5 s (sweep r3:
+        a first mirror at 250 ms, a near one behind a 68 Mbit/s access link and its
+        1 MB of buffered data)."""
         assert self.leader is not None
         until = time.monotonic() + min(_REST_ASIDE_AFTER_S, time.monotonic() - self.begun_at)
         while True:
