@@ -184,7 +184,7 @@ _REST_ASIDE_AFTER_S = 0.15
 # A mirror this near (its path's RTT) probes REST first when the first mirror has not
 # logged in yet (EarlyProbe._leader_connects): the probe's two round trips cost it
 # little. A farther one starts its transfer at once and is checked later (its buffer
-# fills slowly in slow start; the probe first cost the coordinated wide-area 0.07x).
+# fills slowly in slow start; the probe first cost the coordinated wide-area 0.03x).
 _REST_PROBE_FIRST_RTT_S = 0.01
 
 

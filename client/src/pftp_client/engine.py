@@ -1442,7 +1442,8 @@ class DownloadEngine:
         assert self.cfg.access_bps
         access_Bps = self.cfg.access_bps / 8
         verdict, why = judge_start(
-            self._lead_samples, started=min(started or self._lead_since, self._lead_since),
+            self._lead_samples,
+            started=self._lead_since if started is None else min(started, self._lead_since),
             now=now, rtt_s=rtt, access_Bps=access_Bps, s=self.cfg.lead,
             budget=budget_s(len(self.plan.active), access_Bps, self.cfg.lead),
         )
