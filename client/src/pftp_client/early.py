@@ -530,20 +530,18 @@ class EarlyProbe:
             # (an http first mirror's head start before its probe has ended, then
             # what the probe's fetcher has of it)
             progress = self._head_get_progress()
-            if progress is None and not self._done.is_set():
-                if now - self.begun_at >= budget:
-                    return True  # (no byte yet, so it does not carry the link)
-                self._done.wait(0.002)
-                continue
-            if progress is None:
+            if progress is None and self._done.is_set():
                 f = self._value[1]
                 progress = f.head_progress() if f is not None else None
                 if progress is None:
                     break
+            if (progress is None or not progress[1]) and now - self.begun_at >= budget:
+                return True  # (no byte yet, so it does not carry the link)
+            if progress is None:
+                self._done.wait(0.002)
+                continue
             requested_at, samples, rtt = progress
             if not samples:
-                if now - self.begun_at >= budget:
-                    return True
                 if now - requested_at > settings.max_wait_s:
                     return False
             else:
