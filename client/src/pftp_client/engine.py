@@ -518,6 +518,7 @@ class Flow:
     # The rate before the lane in progress, and until when it stands in (see warm_up).
     warm_rate: float | None = None
     warm_until: float = -1e9
+    warm_forgot: bool = True  # the meter dropped what it measured before warm_until
     # Its rate when a monitor round last found it receiving (a silence wears the
     # meter down to 0); after a range that ended in a silence, when it may have a
     # trial range, and the wait before the one after (Engine._trial_range).
@@ -571,6 +572,13 @@ class Flow:
         return self.path_back_at >= self.last_data
 
     def rate_estimate(self, now: float) -> float | None:
+        if not self.warm_forgot and now >= self.warm_until:
+            # (the meter counts from the request: for a window after the warm-up it
+            # would still average in the first byte's round trips and the slow
+            # start. A far flow's new range read at a third of its rate 2.7 s after
+            # its request, and a 5 Mbit/s mirror stole its end: lab, 250 ms RTT)
+            self.warm_forgot = True
+            self.rate.forget_before(self.warm_until)
         r = self.rate.rate(now)
         if self.warm_rate is not None and now < self.warm_until:
             r = max(r or 0.0, self.warm_rate)
@@ -587,6 +595,7 @@ class Flow:
         two far mirrors, each new request costing ~3 RTT of idle flow)."""
         self.warm_rate = self.rate_estimate(now)
         self.warm_until = now + hold_s
+        self.warm_forgot = False
 
 
 @dataclass
@@ -3126,7 +3135,7 @@ class DownloadEngine:
         rng = self._untaken_range(flow)
         if rng is None:
             left = lane.end.value - lane.reserved
-            rate = flow.rate_estimate(now)
+            rate = self._ramp_rate(flow, now, self._path_rtt(flow))
             # (begun now, the new transfer's first byte is a round trip away and
             # its connection then leaves slow start: it cannot be up to speed
             # sooner than that, however soon the running range ends; a far flow
@@ -3299,7 +3308,7 @@ class DownloadEngine:
             return
         path_rtt = getattr(fetcher, "path_rtt", None)
         rtt = path_rtt() if path_rtt is not None else None
-        rate = flow.rate_estimate(now)
+        rate = self._ramp_rate(flow, now, rtt)
         # (while the flows fill the access link, the others take up what one flow
         # leaves idle in a switch: a second transfer would only queue there)
         if rtt is None or rtt < self.cfg.spare_min_rtt_s or not rate or self.access_saturated():
@@ -3316,9 +3325,12 @@ class DownloadEngine:
             if self.cfg.overlap
             else 0
         )
+        # (the spare must be ready by the time the next range is to begin on it,
+        # overlap_bytes before this one ends: on a long fat path that is seconds)
         lead_s = max(
             self.cfg.spare_lead_s,
-            self.cfg.monitor_interval_s + 0.5 + self.cfg.spare_lead_rtts * rtt,
+            self.cfg.monitor_interval_s + 0.5 + self.cfg.spare_lead_rtts * rtt
+            + flow.overlap_bytes / rate,
         )
         mine = max(0, lane.end.value - lane.reserved)
         if mine > rate * lead_s:
@@ -3328,6 +3340,20 @@ class DownloadEngine:
         if self.size - self.committed.total() - mine <= rate * 3 * rtt:
             return
         keep()
+
+    @staticmethod
+    def _ramp_rate(flow: Flow, now: float, rtt: float) -> float | None:
+        """The flow's rate for timing its next range's start ahead: the higher of its
+        estimate and what it carried over its last two round trips (at least
+        0.3 s). In slow start the meter's window lags the rate by seconds on a
+        long path, and so did the spare and the start ahead: a 50 Mbit/s mirror at
+        250 ms had its spare ready 0.3 s before its range ended, its next one
+        began after it, and paid a second slow start (2 s)."""
+        rate = flow.rate_estimate(now)
+        recent = flow.rate.recent(now, max(0.3, 2 * rtt))
+        if recent is not None and (rate is None or recent > rate):
+            return recent
+        return rate
 
     def _switch_cost(self, flow: Flow, rate: float | None) -> float:
         """Seconds of this flow's rate a new range costs it: the switch (wind-down
@@ -3583,7 +3609,11 @@ class DownloadEngine:
         """How long a new lane's rate is not taken below the flow's rate before: its
         first byte's latency and slow start's round trips (Flow.warm_up)."""
         latency = flow.latency_s if flow.latency_s is not None else self.cfg.default_latency_s
-        return max(self.cfg.warm_up_min_s, self.cfg.warm_up_latencies * latency)
+        # (and at least the first byte's latency and the slow start to the rate
+        # before: on a long fat path that is more than five latencies, ~2 s at
+        # 50 Mbit/s and 250 ms)
+        ramp = latency + slow_start_s(flow.rate_estimate(self._clock()), self._path_rtt(flow))
+        return max(self.cfg.warm_up_min_s, self.cfg.warm_up_latencies * latency, ramp)
 
     def _stall_gap(self, flow: Flow) -> float:
         """A flow silent for longer than this is stalled (retransmission timeout),
@@ -3983,7 +4013,12 @@ class DownloadEngine:
                     before = prev.get(f.id)
                     # (a mirror's connections each carry a share of its path: the
                     # rule would read them as slow mirrors; the tail moves balance them)
-                    if before is not None and before[0] == lane.id and not streamed:
+                    # (nor while its new lane's request and slow start weigh on it:
+                    # a far flow's second range, ramping, read as slow and was cut)
+                    if (
+                        before is not None and before[0] == lane.id and not streamed
+                        and last is not None and last[2] >= f.warm_until
+                    ):
                         got = f.stats.bytes - before[1]
                         # (a steal in the interval shortened the portion it had then)
                         progress.append(FlowProgress(f.id, got, min(before[2], got + left)))

@@ -83,6 +83,25 @@ class RateMeter:
                     self._last_rate = 0.0
             return self._last_rate
 
+    def recent(self, now: float, span_s: float) -> float | None:
+        """Bytes per second over about the last ``span_s`` of this period (from the
+        newest sample at least that old); None while the period is younger. A
+        connection in slow start doubles its rate every round trip: the window's
+        average then lags what it carries now by seconds on a long path."""
+        with self._lock:
+            base = next((s for s in reversed(self._samples) if now - s[0] >= span_s), None)
+            if base is None or now <= base[0]:
+                return None
+            return (self.total - base[1]) / (now - base[0])
+
+    def forget_before(self, t: float) -> None:
+        """Measure from ``t`` on: drop the samples before the newest one at or before
+        ``t`` (a new request's round trip and slow start, once behind it, no longer
+        weigh on the rate for a whole window)."""
+        with self._lock:
+            while len(self._samples) > 1 and self._samples[1][0] <= t:
+                self._samples.popleft()
+
     def samples(self, since: float) -> list[tuple[float, int]]:
         """The kept (time, total bytes) samples taken at or after ``since``: one per
         ``step_s`` while data comes, none during a pause."""

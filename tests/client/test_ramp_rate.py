@@ -1,0 +1,97 @@
+"""A flow's rate while its connection leaves slow start (session 43).
+
+On a long fat path (50 Mbit/s at 250 ms) a new data connection needs ~2 s to reach
+its rate. The meter's 3 s window averaged that ramp in: the spare connection came
+too late to begin the next range ahead, and after the warm-up a 5 Mbit/s mirror
+stole the end of the far one's range because the far one read at a third of its
+rate. These tests drive the meter and a flow with a made-up ramp (the clock is
+passed in)."""
+
+from __future__ import annotations
+
+import pytest
+from pftp_client.engine import Flow
+from pftp_client.plan import MirrorSource
+from pftp_client.rate import RateMeter
+from pftp_client.summary import MirrorStats
+
+RTT = 0.25
+FULL = 6_000_000  # bytes/s once out of slow start
+
+
+def ramp(meter: RateMeter, t_req: float, until: float, t: float | None = None) -> float:
+    """Feed ``meter`` from ``t`` (default: the request at ``t_req``) to ``until``: one
+    round trip of nothing, then a rate doubling each round trip from 64 KB/s up to
+    FULL. Returns the clock at ``until``."""
+    t = t_req if t is None else t
+    step = 0.01
+    while t < until:
+        t += step
+        since = t - t_req - RTT
+        if since >= 0:
+            meter.add(int(min(FULL, 64_000 * 2 ** int(since / RTT)) * step), t)
+    return t
+
+
+def test_recent_rate_follows_a_ramp_that_the_window_average_lags() -> None:
+    m = RateMeter(window_s=3.0, step_s=0.1)
+    m.start(0.0)
+    t = ramp(m, 0.0, 2.6)
+    window = m.rate(t)
+    recent = m.recent(t, 2 * RTT)
+    assert window is not None and recent is not None
+    assert recent == pytest.approx(FULL, rel=0.1)
+    assert window < 0.6 * FULL  # the request and the ramp averaged in
+    # younger than the span: nothing to say
+    m2 = RateMeter(window_s=3.0, step_s=0.1)
+    m2.start(0.0)
+    m2.add(1000, 0.1)
+    assert m2.recent(0.2, 0.5) is None
+
+
+def test_forget_before_measures_from_then_on() -> None:
+    m = RateMeter(window_s=3.0, step_s=0.1)
+    m.start(0.0)
+    t = ramp(m, 0.0, 2.0)
+    m.forget_before(2.0)
+    while t < 2.5:
+        t += 0.01
+        m.add(int(FULL * 0.01), t)
+    assert m.rate(t) == pytest.approx(FULL, rel=0.1)
+    # a time before every sample leaves the meter as it was
+    m2 = RateMeter(window_s=3.0, step_s=0.1)
+    m2.start(1.0)
+    m2.add(500_000, 1.5)
+    before = m2.rate(1.5)
+    m2.forget_before(0.5)
+    assert m2.rate(1.5) == before
+
+
+def test_a_flow_past_its_warm_up_reads_what_it_carries_now() -> None:
+    """The flow held its rate before while its new range ramped (warm_up); once the
+    hold is over, its estimate is the rate since, not the window with the ramp."""
+    flow = Flow("far", MirrorSource("far", "ftp://far/f"), MirrorStats("far", "ftp://far/f"))
+    flow.rate.start(0.0)
+    t = 0.0
+    while t < 3.0:  # its first range, at full rate
+        t += 0.01
+        flow.rate.add(int(FULL * 0.01), t)
+    flow.rate.stop(t)
+    flow.warm_up(t, hold_s=2.0)  # a new range, requested at t
+    flow.rate.start(t)
+    start = t
+    t = ramp(flow.rate, start, start + 2.0)
+    assert flow.rate_estimate(t) == pytest.approx(FULL, rel=0.05)  # held
+    t = ramp(flow.rate, start, start + 2.6, t)  # hold over: measured from its end
+    est = flow.rate_estimate(t)
+    assert est is not None and est == pytest.approx(FULL, rel=0.1)
+    # without the hold's end forgetting the ramp, the window read far less
+    assert flow.rate.samples(start)[0][0] >= start + 1.9
+
+
+def test_a_flow_without_a_warm_up_keeps_its_window() -> None:
+    flow = Flow("m", MirrorSource("m", "ftp://m/f"), MirrorStats("m", "ftp://m/f"))
+    flow.rate.start(0.0)
+    t = ramp(flow.rate, 0.0, 2.6)
+    assert flow.rate_estimate(t) == pytest.approx(flow.rate.rate(t))
+    assert flow.rate.samples(0.0)[0][0] == 0.0
