@@ -95,3 +95,27 @@ def test_a_flow_without_a_warm_up_keeps_its_window() -> None:
     t = ramp(flow.rate, 0.0, 2.6)
     assert flow.rate_estimate(t) == pytest.approx(flow.rate.rate(t))
     assert flow.rate.samples(0.0)[0][0] == 0.0
+
+
+def test_ramp_rate_projects_a_doubling_while_the_recent_rate_runs_ahead() -> None:
+    from pftp_client.tail import RAMPING, ramp_rate
+
+    assert ramp_rate(None, None) is None
+    assert ramp_rate(1e6, None) == 1e6
+    assert ramp_rate(None, 2e6) == 4e6  # in its first span: nothing to compare with
+    assert ramp_rate(1e6, 0.9e6) == 1e6  # steady or slowing: the window's
+    assert ramp_rate(1e6, 1.2e6) == 1.2e6  # a little above: what it carries now
+    assert ramp_rate(1e6, RAMPING * 1e6 + 1) == 2 * (RAMPING * 1e6 + 1)  # slow start
+
+
+def test_a_ramping_flow_is_timed_on_more_than_its_window() -> None:
+    """Mid-ramp, the rate used to time the spare is above what it carries now."""
+    from pftp_client.engine import DownloadEngine
+
+    flow = Flow("far", MirrorSource("far", "ftp://far/f"), MirrorStats("far", "ftp://far/f"))
+    flow.rate.start(0.0)
+    t = ramp(flow.rate, 0.0, 1.6)
+    carried = flow.rate.recent(t, 2 * RTT)
+    timed = DownloadEngine._ramp_rate(flow, t, RTT)
+    assert carried is not None and timed is not None
+    assert timed >= 2 * carried > 2 * (flow.rate_estimate(t) or 0.0)

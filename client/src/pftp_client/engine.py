@@ -95,6 +95,7 @@ from pftp_client.tail import (
     overlap_lead_bytes,
     plan_tail_move,
     pool_share,
+    ramp_rate,
     switch_latency_s,
 )
 from pftp_client.transports.base import (
@@ -281,6 +282,7 @@ class EngineConfig:
     spare_lead_s: float = 4.0
     spare_lead_rtts: float = 8.0
     spare_min_rtt_s: float = 0.005
+    spare_check_s: float = 0.25  # how often that is judged
     # On such paths the next range's transfer begins on a second connection
     # before the running one ends (start_next: FTP on the spare, HTTP a second
     # GET), by overlap_margin x (a round trip and the slow start): its slow start
@@ -579,6 +581,8 @@ class Flow:
             # its request, and a 5 Mbit/s mirror stole its end: lab, 250 ms RTT)
             self.warm_forgot = True
             self.rate.forget_before(self.warm_until)
+            # (and held on until the meter has a reading of its own since then)
+            self.warm_until = max(self.warm_until, now) + self.rate.min_span_s
         r = self.rate.rate(now)
         if self.warm_rate is not None and now < self.warm_until:
             r = max(r or 0.0, self.warm_rate)
@@ -698,6 +702,7 @@ class DownloadEngine:
         # All flows together, over seconds: flows behind a loss-based bottleneck and
         # rate-limited servers deliver in bursts.
         self._aggregate = RateMeter(window_s=2.0, step_s=0.1, min_span_s=0.5)
+        self._spares_at = 0.0  # when the monitor next judges the flows' spares
         self._parkings: list[Parking] = []
         self._parking_failed = False  # a parking did not hold: park no more
         self._refuted: set[str] = set()  # (EngineResult.refuted)
@@ -3142,7 +3147,7 @@ class DownloadEngine:
             # whose range was cut short by steals took the file's last bytes
             # from a near one and finished last)
             free_in = begun_ahead_latency_s(left, rate, self._path_rtt(flow))
-            move = self._plan_tail(flow, free_in_s=free_in)
+            move = self._plan_tail(flow, free_in_s=free_in, thief_rate=rate)
             if not isinstance(move, Steal):
                 return "nothing"
             rng = self._steal(flow, move)
@@ -3196,10 +3201,14 @@ class DownloadEngine:
         best[2].remove(best[0], best[1])
         return best[0], best[1]
 
-    def _plan_tail(self, flow: Flow, free_in_s: float | None = None) -> Steal | Duplicate | None:
+    def _plan_tail(
+        self, flow: Flow, free_in_s: float | None = None, thief_rate: float | None = None
+    ) -> Steal | Duplicate | None:
         """The tail move for a flow out of work; ``free_in_s``: the flow's lane
         ends in this long and the move's transfer begins ahead (no switch to pay,
-        but it starts no sooner than that)."""
+        but it starts no sooner than that), at ``thief_rate`` (default: its
+        estimate; planned ahead, its ramp rate: a far flow still in slow start
+        left a 5 Mbit/s one 1.5 s of work past its own end)."""
         now = self._clock()
         shared = self.access_saturated()
         views = [
@@ -3215,7 +3224,8 @@ class DownloadEngine:
             and ln.flow.alive
             and not ln.flow.cancel.is_set()
         ]
-        thief_rate = flow.rate_estimate(now)
+        if thief_rate is None:
+            thief_rate = flow.rate_estimate(now)
         return plan_tail_move(
             views,
             thief_rate=thief_rate,
@@ -3308,7 +3318,7 @@ class DownloadEngine:
             return
         path_rtt = getattr(fetcher, "path_rtt", None)
         rtt = path_rtt() if path_rtt is not None else None
-        rate = self._ramp_rate(flow, now, rtt)
+        rate = self._ramp_rate(flow, now, rtt or 0.0)
         # (while the flows fill the access link, the others take up what one flow
         # leaves idle in a switch: a second transfer would only queue there)
         if rtt is None or rtt < self.cfg.spare_min_rtt_s or not rate or self.access_saturated():
@@ -3343,17 +3353,12 @@ class DownloadEngine:
 
     @staticmethod
     def _ramp_rate(flow: Flow, now: float, rtt: float) -> float | None:
-        """The flow's rate for timing its next range's start ahead: the higher of its
-        estimate and what it carried over its last two round trips (at least
-        0.3 s). In slow start the meter's window lags the rate by seconds on a
-        long path, and so did the spare and the start ahead: a 50 Mbit/s mirror at
-        250 ms had its spare ready 0.3 s before its range ended, its next one
-        began after it, and paid a second slow start (2 s)."""
-        rate = flow.rate_estimate(now)
-        recent = flow.rate.recent(now, max(0.3, 2 * rtt))
-        if recent is not None and (rate is None or recent > rate):
-            return recent
-        return rate
+        """The flow's rate for timing its next range's start ahead (tail.ramp_rate):
+        in slow start the meter's window lags the rate by seconds on a long path,
+        and so did the spare and the start ahead: a 50 Mbit/s mirror at 250 ms had
+        its spare ready 0.3 s before its range ended, its next one began after it,
+        and paid a second slow start (2 s)."""
+        return ramp_rate(flow.rate_estimate(now), flow.rate.recent(now, max(0.3, 2 * rtt)))
 
     def _switch_cost(self, flow: Flow, rate: float | None) -> float:
         """Seconds of this flow's rate a new range costs it: the switch (wind-down
@@ -3612,7 +3617,8 @@ class DownloadEngine:
         # (and at least the first byte's latency and the slow start to the rate
         # before: on a long fat path that is more than five latencies, ~2 s at
         # 50 Mbit/s and 250 ms)
-        ramp = latency + slow_start_s(flow.rate_estimate(self._clock()), self._path_rtt(flow))
+        rtt = self._path_rtt(flow)
+        ramp = latency + rtt + slow_start_s(flow.rate_estimate(self._clock()), rtt)
         return max(self.cfg.warm_up_min_s, self.cfg.warm_up_latencies * latency, ramp)
 
     def _stall_gap(self, flow: Flow) -> float:
@@ -3960,6 +3966,13 @@ class DownloadEngine:
                         check = self._path_checks_due(now)
                         if check is not None:
                             due = check if due is None else min(due, check)
+                    # (a far flow's slow start passes in a few round trips: judged
+                    # once a second, its spare came a second late)
+                    if now >= self._spares_at:
+                        self._spares_at = now + self.cfg.spare_check_s
+                        for f in self.flows.values():
+                            self._keep_spare(f, now)
+                    due = self._spares_at if due is None else min(due, self._spares_at)
                     self._lock.wait(left if due is None else min(left, max(0.01, due - now)))
                 if self._finished or self._abort is not None:
                     return

@@ -309,6 +309,23 @@ def begun_ahead_latency_s(left: int, rate: float | None, rtt_s: float) -> float 
     return max(left / rate, rtt_s + slow_start_s(rate, rtt_s))
 
 
+# A recent rate this far above the window's: the connection is still in slow start.
+RAMPING = 1.5
+
+
+def ramp_rate(window: float | None, recent: float | None) -> float | None:
+    """A flow's rate for timing what must begin before its range ends (its spare
+    connection, its next range begun ahead): ``window``, its meter's rate, or, while
+    ``recent`` (its last two round trips) is well above that, twice the recent one.
+    In slow start the rate doubles each round trip: the window's average lags it by
+    seconds on a long path, and the recent one by at least the doubling to come."""
+    if recent is None or (window is not None and recent <= window):
+        return window
+    if window is not None and recent < RAMPING * window:
+        return recent
+    return 2 * recent
+
+
 def measures_a_request(latency_s: float, rtt_s: float | None) -> bool:
     """Is a range's first byte ``latency_s`` after its request a measure of the
     request's latency? Not when it came sooner than half the path's round trip
