@@ -119,3 +119,15 @@ def test_a_ramping_flow_is_timed_on_more_than_its_window() -> None:
     timed = DownloadEngine._ramp_rate(flow, t, RTT)
     assert carried is not None and timed is not None
     assert timed >= 2 * carried > 2 * (flow.rate_estimate(t) or 0.0)
+
+
+def test_time_left_while_ramping_assumes_the_doubling_goes_on() -> None:
+    from pftp_client.tail import time_left_s
+
+    # steady: bytes over the higher rate
+    assert time_left_s(10_000_000, 5e6, 4.8e6, RTT) == pytest.approx(2.0)
+    assert time_left_s(10_000_000, None, None, RTT) is None
+    # ramping at 1 MB/s (250 KB a round trip), doubling: 10 MB in log2(41) round trips
+    ramping = time_left_s(10_000_000, 0.3e6, 1e6, RTT)
+    assert ramping == pytest.approx(RTT * 5.358, rel=0.01)
+    assert ramping < 10_000_000 / 1e6 / 5  # far sooner than at the recent rate

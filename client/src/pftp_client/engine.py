@@ -97,6 +97,7 @@ from pftp_client.tail import (
     pool_share,
     ramp_rate,
     switch_latency_s,
+    time_left_s,
 )
 from pftp_client.transports.base import (
     Cancelled,
@@ -480,6 +481,7 @@ class Lane:
     # Queued: its transfer was begun ahead on the flow's spare connection (the
     # flow's next_lane) while the lane before it ran (Engine._queue_next).
     ahead: bool = False
+    begun_at: float | None = None  # ... when (the clock)
     trial: bool = False  # a stalled flow's trial range (Engine._trial_range)
 
 
@@ -3154,6 +3156,7 @@ class DownloadEngine:
         start, end = rng
         queued = Lane(next(self._lane_ids), flow, "normal", start, start, end, RangeEnd(end))
         queued.ahead = True
+        queued.begun_at = now
         self.lanes[queued.id] = queued
         if not fetcher.start_next(start, end):  # type: ignore[union-attr]
             self._give_back(queued)
@@ -3343,7 +3346,10 @@ class DownloadEngine:
             + flow.overlap_bytes / rate,
         )
         mine = max(0, lane.end.value - lane.reserved)
-        if mine > rate * lead_s:
+        left_s = time_left_s(
+            mine, flow.rate_estimate(now), flow.rate.recent(now, max(0.3, 2 * rtt)), rtt
+        )
+        if left_s is None or left_s > lead_s:
             return
         # (a switch saves this flow about three round trips: only worth a
         # connection when there is more than that to take from the others)
@@ -3423,7 +3429,10 @@ class DownloadEngine:
                     lane.reserved, lane.end, lambda o, d, t: self._sink(lane, o, d, t), flow.cancel
                 )
             # (begun ahead and taken over: not when its start failed meanwhile)
-            flow.stats.ranges_ahead += getattr(flow.fetcher, "overlapped", 0) - overlapped
+            taken = getattr(flow.fetcher, "overlapped", 0) - overlapped
+            flow.stats.ranges_ahead += taken
+            if taken and lane.begun_at is not None:
+                flow.stats.ahead_s += max(0.0, lane.requested_at - lane.begun_at)
             with self._lock:
                 if (
                     lane.reserved < lane.end.value
