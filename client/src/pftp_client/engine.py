@@ -482,6 +482,7 @@ class Lane:
     # flow's next_lane) while the lane before it ran (Engine._queue_next).
     ahead: bool = False
     begun_at: float | None = None  # ... when (the clock)
+    overlapped_from: int | None = None  # its fetcher's count of those, before its fetch
     trial: bool = False  # a stalled flow's trial range (Engine._trial_range)
 
 
@@ -3419,7 +3420,7 @@ class DownloadEngine:
             ]
             lane.requested_at = self._clock()
             flow.stats.ranges += 1
-            overlapped = getattr(flow.fetcher, "overlapped", 0)
+            lane.overlapped_from = getattr(flow.fetcher, "overlapped", 0)
             flow.warm_up(lane.requested_at, self._warm_up_s(flow))
             flow.rate.start(lane.requested_at)
             if flow.from_zero and lane.reserved > 0:
@@ -3428,11 +3429,6 @@ class DownloadEngine:
                 flow.fetcher.fetch(
                     lane.reserved, lane.end, lambda o, d, t: self._sink(lane, o, d, t), flow.cancel
                 )
-            # (begun ahead and taken over: not when its start failed meanwhile)
-            taken = getattr(flow.fetcher, "overlapped", 0) - overlapped
-            flow.stats.ranges_ahead += taken
-            if taken and lane.begun_at is not None:
-                flow.stats.ahead_s += max(0.0, lane.requested_at - lane.begun_at)
             with self._lock:
                 if (
                     lane.reserved < lane.end.value
@@ -3656,6 +3652,16 @@ class DownloadEngine:
             if lane.first_byte is None:
                 lane.first_byte = now
                 flow.unanswered_since = None
+                if (
+                    lane.ahead and lane.overlapped_from is not None
+                    and getattr(flow.fetcher, "overlapped", 0) > lane.overlapped_from
+                ):
+                    # (its transfer begun ahead was taken over, not started anew
+                    # after that start failed; counted here, not when the fetch
+                    # returns: the summary may be taken before, at the last byte)
+                    flow.stats.ranges_ahead += 1
+                    if lane.begun_at is not None and lane.requested_at is not None:
+                        flow.stats.ahead_s += max(0.0, lane.requested_at - lane.begun_at)
                 lat = now - lane.requested_at if lane.requested_at is not None else None
                 path_rtt = getattr(flow.fetcher, "path_rtt", None)
                 if (lat is not None and not lane.ahead
