@@ -49,22 +49,21 @@ def test_recent_rate_follows_a_ramp_that_the_window_average_lags() -> None:
     assert m2.recent(0.2, 0.5) is None
 
 
-def test_forget_before_measures_from_then_on() -> None:
+def test_since_measures_from_then_on_and_changes_nothing() -> None:
     m = RateMeter(window_s=3.0, step_s=0.1)
     m.start(0.0)
     t = ramp(m, 0.0, 2.0)
-    m.forget_before(2.0)
     while t < 2.5:
         t += 0.01
         m.add(int(FULL * 0.01), t)
-    assert m.rate(t) == pytest.approx(FULL, rel=0.1)
-    # a time before every sample leaves the meter as it was
-    m2 = RateMeter(window_s=3.0, step_s=0.1)
-    m2.start(1.0)
-    m2.add(500_000, 1.5)
-    before = m2.rate(1.5)
-    m2.forget_before(0.5)
-    assert m2.rate(1.5) == before
+    window = m.rate(t)
+    assert m.since(2.0, t) == pytest.approx(FULL, rel=0.1)
+    assert window is not None and window < 0.6 * FULL and m.rate(t) == window  # unchanged
+    assert m.since(t - 0.1, t) is None  # no reading of its own yet (min_span_s)
+    # a time before every sample: the window's start
+    assert m.since(-5.0, t) == pytest.approx(window)
+    m.stop(t)
+    assert not m.active and m.since(2.0, t + 1) is None
 
 
 def test_a_flow_past_its_warm_up_reads_what_it_carries_now() -> None:
@@ -85,8 +84,13 @@ def test_a_flow_past_its_warm_up_reads_what_it_carries_now() -> None:
     t = ramp(flow.rate, start, start + 2.6, t)  # hold over: measured from its end
     est = flow.rate_estimate(t)
     assert est is not None and est == pytest.approx(FULL, rel=0.1)
-    # without the hold's end forgetting the ramp, the window read far less
-    assert flow.rate.samples(start)[0][0] >= start + 1.9
+    # what the meter's window says (and every other reader of it) still has the ramp
+    window = flow.rate.rate(t)
+    assert window is not None and window < 0.7 * FULL
+    # just past the hold, before a reading of its own: still held
+    flow.warm_up(t, hold_s=1.0)
+    flow.rate.start(t)
+    assert flow.rate_estimate(t + 1.05) == pytest.approx(est, rel=0.01)
 
 
 def test_a_flow_without_a_warm_up_keeps_its_window() -> None:
@@ -94,7 +98,6 @@ def test_a_flow_without_a_warm_up_keeps_its_window() -> None:
     flow.rate.start(0.0)
     t = ramp(flow.rate, 0.0, 2.6)
     assert flow.rate_estimate(t) == pytest.approx(flow.rate.rate(t))
-    assert flow.rate.samples(0.0)[0][0] == 0.0
 
 
 def test_ramp_rate_projects_a_doubling_while_the_recent_rate_runs_ahead() -> None:

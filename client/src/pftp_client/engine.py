@@ -523,7 +523,7 @@ class Flow:
     # The rate before the lane in progress, and until when it stands in (see warm_up).
     warm_rate: float | None = None
     warm_until: float = -1e9
-    warm_forgot: bool = True  # the meter dropped what it measured before warm_until
+    warm_lane: bool = False  # the lane in progress was warmed up: measured from warm_until
     # Its rate when a monitor round last found it receiving (a silence wears the
     # meter down to 0); after a range that ended in a silence, when it may have a
     # trial range, and the wait before the one after (Engine._trial_range).
@@ -577,17 +577,20 @@ class Flow:
         return self.path_back_at >= self.last_data
 
     def rate_estimate(self, now: float) -> float | None:
-        if not self.warm_forgot and now >= self.warm_until:
+        r = self.rate.rate(now)
+        held = now < self.warm_until
+        if self.warm_lane and not held:
             # (the meter counts from the request: for a window after the warm-up it
             # would still average in the first byte's round trips and the slow
             # start. A far flow's new range read at a third of its rate 2.7 s after
-            # its request, and a 5 Mbit/s mirror stole its end: lab, 250 ms RTT)
-            self.warm_forgot = True
-            self.rate.forget_before(self.warm_until)
-            # (and held on until the meter has a reading of its own since then)
-            self.warm_until = max(self.warm_until, now) + self.rate.min_span_s
-        r = self.rate.rate(now)
-        if self.warm_rate is not None and now < self.warm_until:
+            # its request, and a 5 Mbit/s mirror stole its end: lab, 250 ms RTT.
+            # So the rate since the warm-up's end; held on until there is one)
+            after = self.rate.since(self.warm_until, now)
+            if after is not None:
+                r = after
+            elif self.rate.active:
+                held = True
+        if self.warm_rate is not None and held:
             r = max(r or 0.0, self.warm_rate)
         if r is None and self.mirror.expected_bps:
             return self.mirror.expected_bps / 8
@@ -602,7 +605,7 @@ class Flow:
         two far mirrors, each new request costing ~3 RTT of idle flow)."""
         self.warm_rate = self.rate_estimate(now)
         self.warm_until = now + hold_s
-        self.warm_forgot = False
+        self.warm_lane = True
 
 
 @dataclass

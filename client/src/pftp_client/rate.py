@@ -94,13 +94,30 @@ class RateMeter:
                 return None
             return (self.total - base[1]) / (now - base[0])
 
-    def forget_before(self, t: float) -> None:
-        """Measure from ``t`` on: drop the samples before the newest one at or before
-        ``t`` (a new request's round trip and slow start, once behind it, no longer
-        weigh on the rate for a whole window)."""
+    @property
+    def active(self) -> bool:
+        """In an active period (between start and stop)."""
+        return bool(self._samples)
+
+    def since(self, t: float, now: float) -> float | None:
+        """Bytes per second from ``t`` on: from the newest sample at or before it,
+        or from the window's start when that is later; 0 after a window's silence.
+        None outside an active period, before a byte since that sample or
+        ``min_span_s`` after it (no reading of its own yet). A read only:
+        what the meter says for everyone else is unchanged."""
         with self._lock:
-            while len(self._samples) > 1 and self._samples[1][0] <= t:
-                self._samples.popleft()
+            base = self._samples[0] if self._samples else None
+            for s in self._samples:
+                if s[0] > t:
+                    break
+                base = s
+            if base is None:
+                return None
+            if now - max(self._last_add, base[0]) >= self.window_s:
+                return 0.0  # (silent for a whole window, as rate() says)
+            if self.total == base[1] or now - base[0] < self.min_span_s:
+                return None
+            return (self.total - base[1]) / (now - base[0])
 
     def samples(self, since: float) -> list[tuple[float, int]]:
         """The kept (time, total bytes) samples taken at or after ``since``: one per
