@@ -3622,9 +3622,9 @@ class DownloadEngine:
         """How long a new lane's rate is not taken below the flow's rate before: its
         first byte's latency and slow start's round trips (Flow.warm_up)."""
         latency = flow.latency_s if flow.latency_s is not None else self.cfg.default_latency_s
-        # (and at least the first byte's latency and the slow start to the rate
-        # before: on a long fat path that is more than five latencies, ~2 s at
-        # 50 Mbit/s and 250 ms)
+        # (and at least the first byte's latency, a round trip and the slow start
+        # to the rate before, ~2 s at 50 Mbit/s and 250 ms: more than five
+        # latencies when the latency was measured short)
         rtt = self._path_rtt(flow)
         ramp = latency + rtt + slow_start_s(flow.rate_estimate(self._clock()), rtt)
         return max(self.cfg.warm_up_min_s, self.cfg.warm_up_latencies * latency, ramp)
