@@ -709,6 +709,7 @@ class DownloadEngine:
         # rate-limited servers deliver in bursts.
         self._aggregate = RateMeter(window_s=2.0, step_s=0.1, min_span_s=0.5)
         self._spares_at = 0.0  # when the monitor next judges the flows' spares
+        self._spares_far = False  # ... and whether a flow was on a far path then
         self._parkings: list[Parking] = []
         self._parking_failed = False  # a parking did not hold: park no more
         self._refuted: set[str] = set()  # (EngineResult.refuted)
@@ -3622,12 +3623,7 @@ class DownloadEngine:
         """How long a new lane's rate is not taken below the flow's rate before: its
         first byte's latency and slow start's round trips (Flow.warm_up)."""
         latency = flow.latency_s if flow.latency_s is not None else self.cfg.default_latency_s
-        # (and at least the first byte's latency, a round trip and the slow start
-        # to the rate before, ~2 s at 50 Mbit/s and 250 ms: more than five
-        # latencies when the latency was measured short)
-        rtt = self._path_rtt(flow)
-        ramp = latency + rtt + slow_start_s(flow.rate_estimate(self._clock()), rtt)
-        return max(self.cfg.warm_up_min_s, self.cfg.warm_up_latencies * latency, ramp)
+        return max(self.cfg.warm_up_min_s, self.cfg.warm_up_latencies * latency)
 
     def _stall_gap(self, flow: Flow) -> float:
         """A flow silent for longer than this is stalled (retransmission timeout),
@@ -3986,11 +3982,18 @@ class DownloadEngine:
                             due = check if due is None else min(due, check)
                     # (a far flow's slow start passes in a few round trips: judged
                     # once a second, its spare came a second late)
+                    # (only flows on far paths: on a LAN the round trips a spare
+                    # saves are nothing, and the extra wake-ups moved which look
+                    # read a limited server first)
                     if now >= self._spares_at:
                         self._spares_at = now + self.cfg.spare_check_s
-                        for f in self.flows.values():
+                        far = [f for f in self.flows.values()
+                               if self._path_rtt(f) >= self.cfg.spare_min_rtt_s]
+                        for f in far:
                             self._keep_spare(f, now)
-                    due = self._spares_at if due is None else min(due, self._spares_at)
+                        self._spares_far = bool(far)
+                    if self._spares_far:
+                        due = self._spares_at if due is None else min(due, self._spares_at)
                     self._lock.wait(left if due is None else min(left, max(0.01, due - now)))
                 if self._finished or self._abort is not None:
                     return
