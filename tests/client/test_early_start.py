@@ -234,9 +234,13 @@ def test_a_first_mirror_short_of_the_link_starts_the_others_and_the_release_uses
     # each head was taken over by a fetch (not aborted), on its first connection
     assert all(f.head_history is not None for f in fetchers)
     assert all(f.reconnects == 0 for f in fetchers[1:])
-    # the others stood by and were released at the engine's first judgement
+    # the others stood by and were released at the engine's first judgement (one
+    # whose thread reached its first lane only after that release never stood by,
+    # and has no event: seen once in a clean-clone CI, 1 of 2)
     resumed = [e for e in summary.events if e.kind == "resumed"]
-    assert len(resumed) == 2 and all(e.at_s < 1.0 for e in resumed)
+    others = {m.name for m in summary.mirrors[1:]}
+    assert 1 <= len(resumed) <= 2 and all(e.at_s < 1.0 for e in resumed)
+    assert {e.mirror for e in resumed} <= others
     assert all(m.bytes > 0 for m in summary.mirrors[1:])
 
 

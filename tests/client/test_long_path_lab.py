@@ -100,3 +100,38 @@ def test_a_far_mirror_begins_its_next_range_before_the_last_one_ends(
     assert far["ranges"] >= 2 and far["ranges_ahead"] >= 1
     assert far["bytes"] > size // 2  # it took over part of the near one's half
     assert summary["duplicate_bytes"] <= 0.01 * size
+
+
+def test_on_a_long_fat_path_the_next_range_begins_while_the_first_still_ramps(
+    tmp_path: Path,
+) -> None:
+    """A far fast mirror (40 Mbit/s, 200 ms) and a near slow one: the far one's half
+    of the even start ends soon after its connection leaves slow start (~2 s at this
+    path). Its spare (6 round trips to get ready) must be asked for while it still
+    ramps, and its next range begun about a round trip and a slow start ahead, so
+    that the new connection's ramp hides behind the old one's end. Timed on the
+    meter's window, the spare came too late and the next range began 0.03-0.25 s
+    before the end (session 43, lab r15: 2.2x the bound against 1.6x)."""
+    size = 20 * 1024 * 1024 + 7
+    rtt = 0.2
+    src = tmp_path / "data.bin"
+    digest = make_file(src, size, seed=23)
+    specs = [
+        MirrorSpec(rate_bps=40 * MBIT, rtt_ms=int(rtt * 1000), kind="pure-ftpd", name="far"),
+        MirrorSpec(rate_bps=4 * MBIT, rtt_ms=20, name="near"),
+    ]
+    with Lab(specs, files={"data.bin": src}) as lab:
+        summary, out = download_dynamic(
+            lab, tmp_path, digest, [m.ftp_url("data.bin") for m in lab.mirrors]
+        )
+    assert summary["sha256_verified"] and out.stat().st_size == size
+    by_url = {m["url"]: m for m in summary["mirrors"]}
+    far, _near = (by_url[m.ftp_url("data.bin")] for m in lab.mirrors)
+    print({m["name"]: (m["bytes"], m["ranges"], m["ranges_ahead"], m["ahead_s"])
+           for m in summary["mirrors"]}, summary["seconds"],
+          [(e["at_s"], e["kind"], e["mirror"], e["detail"]) for e in summary["events"]])
+    assert far["ranges_ahead"] >= 1
+    assert far["ahead_s"] >= 3 * rtt
+    assert "slow" not in far["events"]  # not for its second range's ramp either
+    assert far["bytes"] > size // 2
+    assert summary["duplicate_bytes"] <= 0.01 * size

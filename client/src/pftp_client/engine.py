@@ -91,11 +91,14 @@ from pftp_client.tail import (
     LaneView,
     Steal,
     begun_ahead_latency_s,
+    long_ramp,
     measures_a_request,
     overlap_lead_bytes,
     plan_tail_move,
     pool_share,
+    ramp_rate,
     switch_latency_s,
+    time_left_s,
 )
 from pftp_client.transports.base import (
     Cancelled,
@@ -281,6 +284,15 @@ class EngineConfig:
     spare_lead_s: float = 4.0
     spare_lead_rtts: float = 8.0
     spare_min_rtt_s: float = 0.005
+    spare_check_s: float = 0.25  # how often that is judged (on long ramps)
+    # What begins before a range ends (the spare, the next range's start ahead, a
+    # tail steal planned ahead) is timed on the flow's ramp (tail.ramp_rate), its
+    # spare judged every spare_check_s and a new range's rate read from its warm-up's
+    # end, only where a new connection's round trip and slow start last this long or
+    # more: there the meter's window lags the rate by seconds. Elsewhere as on a
+    # LAN: the lab's tbf queues lift a LAN path's RTT to ~10 ms, and timing such
+    # flows on their bursts moved which look read a limited server first (session 43).
+    long_ramp_s: float = 0.25
     # On such paths the next range's transfer begins on a second connection
     # before the running one ends (start_next: FTP on the spare, HTTP a second
     # GET), by overlap_margin x (a round trip and the slow start): its slow start
@@ -478,6 +490,8 @@ class Lane:
     # Queued: its transfer was begun ahead on the flow's spare connection (the
     # flow's next_lane) while the lane before it ran (Engine._queue_next).
     ahead: bool = False
+    begun_at: float | None = None  # ... when (the clock)
+    overlapped_from: int | None = None  # its fetcher's count of those, before its fetch
     trial: bool = False  # a stalled flow's trial range (Engine._trial_range)
 
 
@@ -518,6 +532,9 @@ class Flow:
     # The rate before the lane in progress, and until when it stands in (see warm_up).
     warm_rate: float | None = None
     warm_until: float = -1e9
+    # The lane in progress is on a long ramp (EngineConfig.long_ramp_s): once its
+    # warm-up is over, its rate is measured from warm_until.
+    warm_lane: bool = False
     # Its rate when a monitor round last found it receiving (a silence wears the
     # meter down to 0); after a range that ended in a silence, when it may have a
     # trial range, and the wait before the one after (Engine._trial_range).
@@ -572,13 +589,25 @@ class Flow:
 
     def rate_estimate(self, now: float) -> float | None:
         r = self.rate.rate(now)
-        if self.warm_rate is not None and now < self.warm_until:
+        held = now < self.warm_until
+        if self.warm_lane and not held:
+            # (the meter counts from the request: for a window after the warm-up it
+            # would still average in the first byte's round trips and the slow
+            # start. A far flow's new range read at a third of its rate 2.7 s after
+            # its request, and a 5 Mbit/s mirror stole its end: lab, 250 ms RTT.
+            # So the rate since the warm-up's end; held on until there is one)
+            after = self.rate.since(self.warm_until, now)
+            if after is not None:
+                r = after
+            elif self.rate.active:
+                held = True
+        if self.warm_rate is not None and held:
             r = max(r or 0.0, self.warm_rate)
         if r is None and self.mirror.expected_bps:
             return self.mirror.expected_bps / 8
         return r
 
-    def warm_up(self, now: float, hold_s: float) -> None:
+    def warm_up(self, now: float, hold_s: float, long_ramp: bool = False) -> None:
         """A new request: for ``hold_s`` its rate is at least the flow's rate before.
         The meter counts from the request, so a fresh lane reads low while its first
         byte travels and its new data connection leaves slow start (several round
@@ -587,6 +616,7 @@ class Flow:
         two far mirrors, each new request costing ~3 RTT of idle flow)."""
         self.warm_rate = self.rate_estimate(now)
         self.warm_until = now + hold_s
+        self.warm_lane = long_ramp
 
 
 @dataclass
@@ -689,6 +719,8 @@ class DownloadEngine:
         # All flows together, over seconds: flows behind a loss-based bottleneck and
         # rate-limited servers deliver in bursts.
         self._aggregate = RateMeter(window_s=2.0, step_s=0.1, min_span_s=0.5)
+        self._spares_at = 0.0  # when the monitor next judges the flows' spares
+        self._spares_far = False  # ... and whether a flow was on a far path then
         self._parkings: list[Parking] = []
         self._parking_failed = False  # a parking did not hold: park no more
         self._refuted: set[str] = set()  # (EngineResult.refuted)
@@ -3126,20 +3158,26 @@ class DownloadEngine:
         rng = self._untaken_range(flow)
         if rng is None:
             left = lane.end.value - lane.reserved
-            rate = flow.rate_estimate(now)
+            rtt = self._path_rtt(flow)
+            rate = (
+                self._ramp_rate(flow, now, rtt)
+                if self._long_ramp(flow, now, rtt)
+                else flow.rate_estimate(now)
+            )
             # (begun now, the new transfer's first byte is a round trip away and
             # its connection then leaves slow start: it cannot be up to speed
             # sooner than that, however soon the running range ends; a far flow
             # whose range was cut short by steals took the file's last bytes
             # from a near one and finished last)
             free_in = begun_ahead_latency_s(left, rate, self._path_rtt(flow))
-            move = self._plan_tail(flow, free_in_s=free_in)
+            move = self._plan_tail(flow, free_in_s=free_in, thief_rate=rate)
             if not isinstance(move, Steal):
                 return "nothing"
             rng = self._steal(flow, move)
         start, end = rng
         queued = Lane(next(self._lane_ids), flow, "normal", start, start, end, RangeEnd(end))
         queued.ahead = True
+        queued.begun_at = now
         self.lanes[queued.id] = queued
         if not fetcher.start_next(start, end):  # type: ignore[union-attr]
             self._give_back(queued)
@@ -3187,10 +3225,14 @@ class DownloadEngine:
         best[2].remove(best[0], best[1])
         return best[0], best[1]
 
-    def _plan_tail(self, flow: Flow, free_in_s: float | None = None) -> Steal | Duplicate | None:
+    def _plan_tail(
+        self, flow: Flow, free_in_s: float | None = None, thief_rate: float | None = None
+    ) -> Steal | Duplicate | None:
         """The tail move for a flow out of work; ``free_in_s``: the flow's lane
         ends in this long and the move's transfer begins ahead (no switch to pay,
-        but it starts no sooner than that)."""
+        but it starts no sooner than that), at ``thief_rate`` (default: its
+        estimate; planned ahead, its ramp rate: a far flow still in slow start
+        left a 5 Mbit/s one 1.5 s of work past its own end)."""
         now = self._clock()
         shared = self.access_saturated()
         views = [
@@ -3206,7 +3248,8 @@ class DownloadEngine:
             and ln.flow.alive
             and not ln.flow.cancel.is_set()
         ]
-        thief_rate = flow.rate_estimate(now)
+        if thief_rate is None:
+            thief_rate = flow.rate_estimate(now)
         return plan_tail_move(
             views,
             thief_rate=thief_rate,
@@ -3299,7 +3342,8 @@ class DownloadEngine:
             return
         path_rtt = getattr(fetcher, "path_rtt", None)
         rtt = path_rtt() if path_rtt is not None else None
-        rate = flow.rate_estimate(now)
+        on_ramp = self._long_ramp(flow, now, rtt)
+        rate = self._ramp_rate(flow, now, rtt or 0.0) if on_ramp else flow.rate_estimate(now)
         # (while the flows fill the access link, the others take up what one flow
         # leaves idle in a switch: a second transfer would only queue there)
         if rtt is None or rtt < self.cfg.spare_min_rtt_s or not rate or self.access_saturated():
@@ -3316,18 +3360,48 @@ class DownloadEngine:
             if self.cfg.overlap
             else 0
         )
+        # (the spare must be ready by the time the next range is to begin on it,
+        # overlap_bytes before this one ends: on a long fat path that is seconds)
         lead_s = max(
             self.cfg.spare_lead_s,
-            self.cfg.monitor_interval_s + 0.5 + self.cfg.spare_lead_rtts * rtt,
+            self.cfg.monitor_interval_s + 0.5 + self.cfg.spare_lead_rtts * rtt
+            + (flow.overlap_bytes / rate if on_ramp else 0.0),
         )
         mine = max(0, lane.end.value - lane.reserved)
-        if mine > rate * lead_s:
+        left_s = (
+            time_left_s(
+                mine, flow.rate_estimate(now), flow.rate.recent(now, max(0.3, 2 * rtt)), rtt
+            )
+            if on_ramp
+            else mine / rate
+        )
+        if left_s is None or left_s > lead_s:
             return
         # (a switch saves this flow about three round trips: only worth a
         # connection when there is more than that to take from the others)
         if self.size - self.committed.total() - mine <= rate * 3 * rtt:
             return
         keep()
+
+    def _long_ramp(self, flow: Flow, now: float, rtt: float | None = None) -> bool:
+        """Does a new connection on the flow's path take long_ramp_s or
+        more for its first round trip and slow start (EngineConfig.long_ramp_s)?
+        The path's RTT (the transport's, else half the request latency) and the
+        flow's ramp rate."""
+        if rtt is None:
+            rtt = self._path_rtt(flow)
+        if not rtt or rtt <= 0:
+            return False
+        return long_ramp(self._ramp_rate(flow, now, rtt), rtt, self.cfg.long_ramp_s)
+
+    @staticmethod
+    def _ramp_rate(flow: Flow, now: float, rtt: float) -> float | None:
+        """The flow's rate for timing its next range's start ahead (tail.ramp_rate):
+        in slow start the meter's window lags the rate by seconds on a long path,
+        and so did the spare and the start ahead: a 50 Mbit/s mirror at 250 ms had
+        its spare ready 0.3 s before its range ended, its next one began after it,
+        and paid a second slow start (2 s)."""
+        return ramp_rate(flow.rate_estimate(now), flow.rate.recent(now, max(0.3, 2 * rtt)))
 
     def _switch_cost(self, flow: Flow, rate: float | None) -> float:
         """Seconds of this flow's rate a new range costs it: the switch (wind-down
@@ -3382,8 +3456,10 @@ class DownloadEngine:
             ]
             lane.requested_at = self._clock()
             flow.stats.ranges += 1
-            overlapped = getattr(flow.fetcher, "overlapped", 0)
-            flow.warm_up(lane.requested_at, self._warm_up_s(flow))
+            lane.overlapped_from = getattr(flow.fetcher, "overlapped", 0)
+            flow.warm_up(
+                lane.requested_at, self._warm_up_s(flow), self._long_ramp(flow, lane.requested_at)
+            )
             flow.rate.start(lane.requested_at)
             if flow.from_zero and lane.reserved > 0:
                 self._fetch_from_zero(flow, lane)
@@ -3391,8 +3467,6 @@ class DownloadEngine:
                 flow.fetcher.fetch(
                     lane.reserved, lane.end, lambda o, d, t: self._sink(lane, o, d, t), flow.cancel
                 )
-            # (begun ahead and taken over: not when its start failed meanwhile)
-            flow.stats.ranges_ahead += getattr(flow.fetcher, "overlapped", 0) - overlapped
             with self._lock:
                 if (
                     lane.reserved < lane.end.value
@@ -3611,6 +3685,16 @@ class DownloadEngine:
             if lane.first_byte is None:
                 lane.first_byte = now
                 flow.unanswered_since = None
+                if (
+                    lane.ahead and lane.overlapped_from is not None
+                    and getattr(flow.fetcher, "overlapped", 0) > lane.overlapped_from
+                ):
+                    # (its transfer begun ahead was taken over, not started anew
+                    # after that start failed; counted here, not when the fetch
+                    # returns: the summary may be taken before, at the last byte)
+                    flow.stats.ranges_ahead += 1
+                    if lane.begun_at is not None and lane.requested_at is not None:
+                        flow.stats.ahead_s += max(0.0, lane.requested_at - lane.begun_at)
                 lat = now - lane.requested_at if lane.requested_at is not None else None
                 path_rtt = getattr(flow.fetcher, "path_rtt", None)
                 if (lat is not None and not lane.ahead
@@ -3930,6 +4014,19 @@ class DownloadEngine:
                         check = self._path_checks_due(now)
                         if check is not None:
                             due = check if due is None else min(due, check)
+                    # (a far flow's slow start passes in a few round trips: judged
+                    # once a second, its spare came a second late)
+                    # (only flows on far paths: on a LAN the round trips a spare
+                    # saves are nothing, and the extra wake-ups moved which look
+                    # read a limited server first)
+                    if now >= self._spares_at:
+                        self._spares_at = now + self.cfg.spare_check_s
+                        far = [f for f in self.flows.values() if self._long_ramp(f, now)]
+                        for f in far:
+                            self._keep_spare(f, now)
+                        self._spares_far = bool(far)
+                    if self._spares_far:
+                        due = self._spares_at if due is None else min(due, self._spares_at)
                     self._lock.wait(left if due is None else min(left, max(0.01, due - now)))
                 if self._finished or self._abort is not None:
                     return
@@ -3983,7 +4080,12 @@ class DownloadEngine:
                     before = prev.get(f.id)
                     # (a mirror's connections each carry a share of its path: the
                     # rule would read them as slow mirrors; the tail moves balance them)
-                    if before is not None and before[0] == lane.id and not streamed:
+                    # (nor while its new lane's request and slow start weigh on it:
+                    # a far flow's second range, ramping, read as slow and was cut)
+                    if (
+                        before is not None and before[0] == lane.id and not streamed
+                        and (not f.warm_lane or (last is not None and last[2] >= f.warm_until))
+                    ):
                         got = f.stats.bytes - before[1]
                         # (a steal in the interval shortened the portion it had then)
                         progress.append(FlowProgress(f.id, got, min(before[2], got + left)))

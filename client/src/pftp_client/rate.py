@@ -83,6 +83,42 @@ class RateMeter:
                     self._last_rate = 0.0
             return self._last_rate
 
+    def recent(self, now: float, span_s: float) -> float | None:
+        """Bytes per second over about the last ``span_s`` of this period (from the
+        newest sample at least that old); None while the period is younger. A
+        connection in slow start doubles its rate every round trip: the window's
+        average then lags what it carries now by seconds on a long path."""
+        with self._lock:
+            base = next((s for s in reversed(self._samples) if now - s[0] >= span_s), None)
+            if base is None or now <= base[0]:
+                return None
+            return (self.total - base[1]) / (now - base[0])
+
+    @property
+    def active(self) -> bool:
+        """In an active period (between start and stop)."""
+        return bool(self._samples)
+
+    def since(self, t: float, now: float) -> float | None:
+        """Bytes per second from ``t`` on: from the newest sample at or before it,
+        or from the window's start when that is later; 0 after a window's silence.
+        None outside an active period, before a byte since that sample or
+        ``min_span_s`` after it (no reading of its own yet). A read only:
+        what the meter says for everyone else is unchanged."""
+        with self._lock:
+            base = self._samples[0] if self._samples else None
+            for s in self._samples:
+                if s[0] > t:
+                    break
+                base = s
+            if base is None:
+                return None
+            if now - max(self._last_add, base[0]) >= self.window_s:
+                return 0.0  # (silent for a whole window, as rate() says)
+            if self.total == base[1] or now - base[0] < self.min_span_s:
+                return None
+            return (self.total - base[1]) / (now - base[0])
+
     def samples(self, since: float) -> list[tuple[float, int]]:
         """The kept (time, total bytes) samples taken at or after ``since``: one per
         ``step_s`` while data comes, none during a pause."""

@@ -495,6 +495,7 @@ def merge_stream_stats(into: MirrorStats, extra: MirrorStats) -> None:
     into.failures += extra.failures
     into.ranges += extra.ranges
     into.ranges_ahead += extra.ranges_ahead
+    into.ahead_s += extra.ahead_s
     if extra.steady_bps is not None:
         into.steady_bps = (into.steady_bps or 0.0) + extra.steady_bps
     for kind in extra.events:

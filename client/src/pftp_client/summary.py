@@ -46,6 +46,8 @@ class MirrorStats:
     # of those, how many began on a second connection before the one before ended
     # (far paths: FtpFetcher.start_next), their slow start hidden behind it
     ranges_ahead: int = 0
+    # ... and by how long, summed: how far ahead of the switch their requests went
+    ahead_s: float = 0.0
     events: list[str] = field(default_factory=list)
     # mirrors this one was found to share a congested link with (issue 6)
     congested_with: list[str] = field(default_factory=list)

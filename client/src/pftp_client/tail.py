@@ -309,6 +309,51 @@ def begun_ahead_latency_s(left: int, rate: float | None, rtt_s: float) -> float 
     return max(left / rate, rtt_s + slow_start_s(rate, rtt_s))
 
 
+# A recent rate this far above the window's: the connection is still in slow start.
+RAMPING = 1.5
+
+
+def ramp_rate(window: float | None, recent: float | None) -> float | None:
+    """A flow's rate for timing what must begin before its range ends (its spare
+    connection, its next range begun ahead): ``window``, its meter's rate, or, while
+    ``recent`` (its last two round trips) is well above that, twice the recent one.
+    In slow start the rate doubles each round trip: the window's average lags it by
+    seconds on a long path, and the recent one by at least the doubling to come."""
+    if recent is None or (window is not None and recent <= window):
+        return window
+    if window is not None and recent < RAMPING * window:
+        return recent
+    return 2 * recent
+
+
+def time_left_s(
+    left: int, window: float | None, recent: float | None, rtt_s: float
+) -> float | None:
+    """Seconds until a flow has ``left`` bytes in: at the higher of its meter's
+    ``window`` rate and its ``recent`` one; while the recent one runs well ahead
+    (RAMPING: slow start), with the rate doubling every round trip from the recent
+    one, as if no link capped it (the optimistic side: what this times, a spare
+    asked for early, costs an idle connection, one asked for late a slow start).
+    None with no rate."""
+    ramping = recent is not None and (window is None or recent >= RAMPING * window)
+    if ramping and recent is not None and recent > 0 and rtt_s > 0:
+        return rtt_s * math.log2(left / (recent * rtt_s) + 1)
+    rates = [r for r in (window, recent) if r is not None and r > 0]
+    if not rates:
+        return None
+    return left / max(rates)
+
+
+def long_ramp(rate: float | None, rtt_s: float | None, min_s: float) -> bool:
+    """Does a new connection over a path of ``rtt_s`` take ``min_s`` or more for
+    its first round trip and its slow start to ``rate`` (bytes/s)? On such paths
+    (50 Mbit/s at 250 ms: 2 s) what begins before a range ends must be timed on the
+    ramp; at 10 ms, however fast, it is gone within a monitoring round."""
+    if not rtt_s or rtt_s <= 0:
+        return False
+    return rtt_s + slow_start_s(rate, rtt_s) >= min_s
+
+
 def measures_a_request(latency_s: float, rtt_s: float | None) -> bool:
     """Is a range's first byte ``latency_s`` after its request a measure of the
     request's latency? Not when it came sooner than half the path's round trip
