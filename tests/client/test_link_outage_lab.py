@@ -121,3 +121,65 @@ def test_a_path_check_brings_a_mirror_back_once_its_link_is(tmp_path: Path) -> N
     # (~5 MB before the outage either way; after it, with the check, a good share)
     assert served[True] > served[False] + 8 * 1024 * 1024, served
     assert served[False] < 8 * 1024 * 1024, served
+
+
+def test_the_clients_own_network_down_for_seconds_costs_no_mirror(tmp_path: Path) -> None:
+    """The client's default route goes away for 8 s mid-download (its own network,
+    not a mirror's) and its connections are reset: every reconnect fails at once
+    with "Network is unreachable". Counted as the mirrors' failures, both used up
+    their retries 4 s into the outage and the download ended with "every mirror
+    failed" (exit 4 after 6 s, the client before session 44; lab r16, session 43:
+    "No route to host"). Nothing has come from any mirror meanwhile, so it is the
+    client's network: the flows wait for it, blaming no one, and the download
+    completes once the route is back."""
+    src = tmp_path / "data.bin"
+    size = 16 * 1024 * 1024 + 5
+    digest = make_file(src, size, seed=45)
+    specs = [MirrorSpec(rate_bps=8 * MBIT, rtt_ms=10, name="a"),
+             MirrorSpec(rate_bps=8 * MBIT, rtt_ms=10, kind="pure-ftpd", name="b")]
+    with Lab(specs, files={"data.bin": src}) as lab:
+        route = lab.run_in("client", ["ip", "route", "show", "default"], check=True).stdout
+        route = route.strip().split()
+        assert route and route[0] == "default", route
+        ns = lab.client_ns
+
+        def route_down() -> None:
+            subprocess.run(["ip", "-n", ns, "route", "del", "default"], check=True)
+            # (and the transfers' connections with it: reset, as a NAT or a
+            # firewall that lost their state would; what follows are reconnects)
+            subprocess.run(["ip", "netns", "exec", ns, "ss", "-K", "state", "established"],
+                           check=True, capture_output=True)
+
+        def route_up() -> None:
+            subprocess.run(["ip", "-n", ns, "route", "replace", *route], check=True)
+
+        out = tmp_path / "out" / "data.bin"
+        out.parent.mkdir()
+        out.parent.chmod(0o777)
+        argv = [sys.executable, "-m", "pftp_client.cli", "get"]
+        for m in lab.mirrors:
+            argv += ["--mirror", m.ftp_url("data.bin")]
+        argv += ["--no-discovery", "--sha256", digest, "-o", str(out), "--quiet", "--json",
+                 "--stall-timeout", "2"]
+        env = {**os.environ, "PFTP_ACCESS_BANDWIDTH": "1G", "XDG_CACHE_HOME": str(out.parent)}
+        down = lab.at(2.0, route_down)
+        up = lab.at(10.0, route_up)
+        try:
+            proc = lab.popen_in("client", argv, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+            stdout, stderr = proc.communicate(timeout=120)
+        finally:
+            down.cancel()
+            up.cancel()
+            route_up()
+    assert proc.returncode == 0, stderr[-2000:]
+    summary = json.loads(stdout)
+    assert summary["sha256_verified"] and out.stat().st_size == size
+    waits = [e for e in summary["events"]
+             if e["kind"] == "retry" and "own network looks down" in e["detail"]]
+    print(summary["seconds"], [(e["at_s"], e["mirror"], e["detail"][:80]) for e in waits])
+    assert waits and all(e["at_s"] >= 2.0 for e in waits)
+    assert summary["seconds"] > 10.0  # (the outage was inside the download)
+    assert not [e for e in summary["events"] if e["kind"] == "failed"]
+    assert all(m["bytes"] > 0 for m in summary["mirrors"])
+    assert all(m["failures"] <= 1 for m in summary["mirrors"])  # (the reset alone)

@@ -109,6 +109,7 @@ from pftp_client.transports.base import (
     RangeNotHonoured,
     TransferError,
     TransientError,
+    unreachable,
 )
 
 _LOG = logging.getLogger(__name__)
@@ -142,6 +143,15 @@ class EngineConfig:
     max_consecutive_failures: int = 3  # transient errors retried on one mirror
     max_total_failures: int = 8
     backoff_s: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+    # A failure that says the network is unreachable (transports.base.unreachable)
+    # while nothing has come from any mirror for outage_quiet_s, after data did
+    # come: the client's own link, route or gateway is down, not the mirror. It is
+    # retried (backoff_s) without counting against the mirror, for up to
+    # outage_wait_s of silence; then as any failure. (Lab r16: the access link's
+    # shaper replaced while the flows filled it; every connect failed with "No
+    # route to host" and all three mirrors used up their retries within seconds.)
+    outage_quiet_s: float = 0.5
+    outage_wait_s: float = 60.0
     monitor_interval_s: float = 1.0  # Slow-Server-Algo monitoring interval
     slow_ratio: float = 0.5  # slow_server.SLOW_RATIO
     slow_min_pieces: int = 4  # a flow with less left than this is not cut
@@ -527,6 +537,7 @@ class Flow:
     wound_down_s: float = 0.0
     consecutive_failures: int = 0
     fruitless_failures: int = 0  # failures that delivered no byte (max_total_failures)
+    outage_retries: int = 0  # retries while the client's network was down (in a row)
     alive: bool = True
     last_cut: float = -1e9
     replaced: bool = False  # a backup was started for this flow already
@@ -3522,7 +3533,9 @@ class DownloadEngine:
             progressed = lane.reserved > begun_at
             if (error is None and lane.reserved > lane.start) or progressed:
                 flow.consecutive_failures = 0
-            if error is not None and not progressed:
+                flow.outage_retries = 0
+            outage = error is not None and self._outage_s(error, self._clock()) is not None
+            if error is not None and not progressed and not outage:
                 flow.fruitless_failures += 1
             self._lock.notify_all()
         self._after_commit()
@@ -3554,11 +3567,50 @@ class DownloadEngine:
 
         flow.fetcher.fetch(0, lane.end, sink, flow.cancel)
 
+    def _outage_s(self, error: TransferError, now: float) -> float | None:
+        """Lock held: how long nothing has come from any mirror, when ``error`` says
+        the network is unreachable and that looks like the client's own network
+        (EngineConfig.outage_wait_s); else None."""
+        if not unreachable(error):
+            return None
+        last = max((f.last_data for f in self.flows.values()), default=-1e9)
+        if last < self._t0:
+            return None  # (never reached: a clear error now, not a minute's wait)
+        quiet = now - last
+        if quiet < self.cfg.outage_quiet_s or quiet > self.cfg.outage_wait_s:
+            return None
+        return quiet
+
+    def _wait_out_outage(self, flow: Flow, error: TransferError, quiet: float) -> bool:
+        """Lock held: the client's network looks down (_outage_s): retry after a
+        backoff, the mirror not blamed (no failure counted, no backup started:
+        one would be behind the same link)."""
+        flow.outage_retries += 1
+        delay = self.cfg.backoff_s[min(flow.outage_retries, len(self.cfg.backoff_s)) - 1]
+        self._event(
+            "retry", flow,
+            f"{type(error).__name__}: {error}; nothing from any mirror for {quiet:.1f} s: "
+            f"the client's own network looks down; retry in {delay:.1f}s (for up to "
+            f"{self.cfg.outage_wait_s:.0f} s of silence)",
+        )
+        flow.stats.state = "retrying"
+        self._lock.notify_all()
+        deadline = self._clock() + delay
+        while not (self._finished or self._abort or flow.cancel.is_set()):
+            left = deadline - self._clock()
+            if left <= 0:
+                break
+            self._lock.wait(min(left, 0.25))
+        return not flow.cancel.is_set()
+
     def _on_failure(self, flow: Flow, error: TransferError) -> bool:
         """Caller holds the lock. True: retry on this mirror after a backoff."""
         flow.last_error = f"{type(error).__name__}: {error}"
         self._drop_fetcher(flow)
         self._drop_queued(flow)
+        quiet = self._outage_s(error, self._clock())
+        if quiet is not None and not isinstance(error, RangeNotHonoured):
+            return self._wait_out_outage(flow, error, quiet)
         if isinstance(error, RangeNotHonoured) and not flow.from_zero:
             # From byte 0 it still serves: kept for when no other mirror can.
             flow.from_zero = True

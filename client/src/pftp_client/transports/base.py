@@ -14,6 +14,8 @@ the wrong offset (a server that ignores REST/Range is detected, not trusted).
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
 from collections.abc import Callable
 
@@ -42,6 +44,31 @@ class TransferError(Exception):
 
 class TransientError(TransferError):
     transient = True
+
+
+# What a connect or send fails with when this host has no way toward the network:
+# its link down, no route, no neighbour answering for its gateway (ARP).
+_UNREACHABLE = (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN)
+_UNREACHABLE_TEXT = tuple(os.strerror(n) for n in _UNREACHABLE)
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Does ``exc``, or an error it was raised from, say the network is unreachable
+    (ENETUNREACH, EHOSTUNREACH, ENETDOWN)? Transports wrap the OSError; its text
+    is checked too, for those that kept only the message."""
+    stack: list[BaseException | None] = [exc]
+    seen: set[int] = set()
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _UNREACHABLE:
+            return True
+        if any(text in str(e) for text in _UNREACHABLE_TEXT):
+            return True
+        stack += [e.__cause__, e.__context__]
+    return False
 
 
 class PermanentError(TransferError):
