@@ -153,27 +153,16 @@ def test_the_clients_own_network_down_for_seconds_costs_no_mirror(tmp_path: Path
         def route_up() -> None:
             subprocess.run(["ip", "-n", ns, "route", "replace", *route], check=True)
 
-        out = tmp_path / "out" / "data.bin"
-        out.parent.mkdir()
-        out.parent.chmod(0o777)
-        argv = [sys.executable, "-m", "pftp_client.cli", "get"]
-        for m in lab.mirrors:
-            argv += ["--mirror", m.ftp_url("data.bin")]
-        argv += ["--no-discovery", "--sha256", digest, "-o", str(out), "--quiet", "--json",
-                 "--stall-timeout", "2"]
-        env = {**os.environ, "PFTP_ACCESS_BANDWIDTH": "1G", "XDG_CACHE_HOME": str(out.parent)}
         down = lab.at(2.0, route_down)
         up = lab.at(10.0, route_up)
         try:
-            proc = lab.popen_in("client", argv, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-            stdout, stderr = proc.communicate(timeout=120)
+            summary, out = download_dynamic(
+                lab, tmp_path, digest, [m.ftp_url("data.bin") for m in lab.mirrors],
+                extra=("--stall-timeout", "2"))
         finally:
             down.cancel()
             up.cancel()
             route_up()
-    assert proc.returncode == 0, stderr[-2000:]
-    summary = json.loads(stdout)
     assert summary["sha256_verified"] and out.stat().st_size == size
     waits = [e for e in summary["events"]
              if e["kind"] == "retry" and "own network looks down" in e["detail"]]

@@ -21,17 +21,19 @@ SIZE = 24 * 1024 * 1024 + 4321
 
 
 def download_dynamic(
-    lab: Lab, tmp_path: Path, digest: str, urls: list[str]
+    lab: Lab, tmp_path: Path, digest: str, urls: list[str], *, access: str = "1G",
+    extra: tuple[str, ...] = (),
 ) -> tuple[dict, Path]:
-    """``pftp get --mirror ... --json`` in the lab's client namespace: (summary, file)."""
+    """``pftp get --mirror ... --json`` in the lab's client namespace (``access``: its
+    access bandwidth setting; ``extra``: more options): (summary, file)."""
     out = tmp_path / "out" / "data.bin"
     out.parent.mkdir()
     out.parent.chmod(0o777)
     argv = [sys.executable, "-m", "pftp_client.cli", "get"]
     for url in urls:
         argv += ["--mirror", url]
-    argv += ["--no-discovery", "--sha256", digest, "-o", str(out), "--quiet", "--json"]
-    env = {**os.environ, "PFTP_ACCESS_BANDWIDTH": "1G", "XDG_CACHE_HOME": str(out.parent)}
+    argv += ["--no-discovery", "--sha256", digest, "-o", str(out), "--quiet", "--json", *extra]
+    env = {**os.environ, "PFTP_ACCESS_BANDWIDTH": access, "XDG_CACHE_HOME": str(out.parent)}
     proc = lab.popen_in("client", argv, env=env, stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE, text=True)
     stdout, stderr = proc.communicate(timeout=120)

@@ -114,13 +114,15 @@ def test_ramp_rate_projects_a_doubling_while_the_recent_rate_runs_ahead() -> Non
 
 def test_a_ramping_flow_is_timed_on_more_than_its_window() -> None:
     """Mid-ramp, the rate used to time the spare is above what it carries now."""
-    from pftp_client.engine import DownloadEngine
+    from pftp_client.engine import Ramp
 
     flow = Flow("far", MirrorSource("far", "ftp://far/f"), MirrorStats("far", "ftp://far/f"))
     flow.rate.start(0.0)
     t = ramp(flow.rate, 0.0, 1.6)
     carried = flow.rate.recent(t, 2 * RTT)
-    timed = DownloadEngine._ramp_rate(flow, t, RTT)
+    # (the readings Engine._ramp takes, on a long ramp)
+    timed = Ramp(flow.rate_estimate(t), flow.rate.recent(t, max(0.3, 2 * RTT)), True).rate
+    assert Ramp(flow.rate_estimate(t), carried, False).rate == flow.rate_estimate(t)
     assert carried is not None and timed is not None
     assert timed >= 2 * carried > 2 * (flow.rate_estimate(t) or 0.0)
 

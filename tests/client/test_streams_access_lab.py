@@ -8,37 +8,16 @@ the download took 1.31-1.33x the bound against 1.19-1.21x without it)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from pftp_lab import Lab, MirrorSpec, make_file
+from test_long_path_lab import download_dynamic
 
 pytestmark = pytest.mark.lab
 
 MBIT = 1_000_000
 SIZE = 17 * 1024 * 1024 + 99
-
-
-def _download(lab: Lab, tmp_path: Path, digest: str, access: str) -> dict:
-    out = tmp_path / "out" / "data.bin"
-    out.parent.mkdir()
-    out.parent.chmod(0o777)
-    argv = [sys.executable, "-m", "pftp_client.cli", "get"]
-    for m in lab.mirrors:
-        argv += ["--mirror", m.ftp_url("data.bin")]
-    argv += ["--no-discovery", "--sha256", digest, "-o", str(out), "--quiet", "--json"]
-    env = {**os.environ, "PFTP_ACCESS_BANDWIDTH": access, "XDG_CACHE_HOME": str(out.parent)}
-    proc = lab.popen_in("client", argv, env=env, stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE, text=True)
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0, stderr[-2000:]
-    summary = json.loads(stdout)
-    assert summary["sha256_verified"] and out.stat().st_size == SIZE
-    return summary
 
 
 def test_no_extra_connection_on_out_of_order_segments_behind_a_full_access_link(
@@ -51,7 +30,9 @@ def test_no_extra_connection_on_out_of_order_segments_behind_a_full_access_link(
         MirrorSpec(rate_bps=int(28.7 * MBIT), rtt_ms=80, name="fast"),
     ]
     with Lab(specs, files={"data.bin": src}, access_bps=int(28.5 * MBIT)) as lab:
-        summary = _download(lab, tmp_path, digest, "28.5M")
+        summary, out = download_dynamic(
+            lab, tmp_path, digest, [m.ftp_url("data.bin") for m in lab.mirrors], access="28.5M")
+    assert summary["sha256_verified"] and out.stat().st_size == SIZE
     streams = [e["detail"] for e in summary["events"] if e["kind"] == "stream"]
     print(summary["seconds"], streams, [(m["name"], m["bytes"]) for m in summary["mirrors"]])
     assert not [d for d in streams if "out of order" in d]

@@ -489,6 +489,24 @@ _FINAL_STATES = ("failed", "corrupt", "congested", "dropped", "parked", "standby
 _LOST_STATES = ("failed", "corrupt", "congested", "dropped")
 
 
+@dataclass(frozen=True)
+class Ramp:
+    """A flow's rates for timing what begins before its range ends (Engine._ramp).
+    On a long ramp (EngineConfig.long_ramp_s) that is tail.ramp_rate: in slow start
+    the meter's window lags the rate by seconds on a long path, and so did the
+    spare and the start ahead (a 50 Mbit/s mirror at 250 ms had its spare ready
+    0.3 s before its range ended, its next one began after it, and paid a second
+    slow start: 2 s). Elsewhere the window's estimate."""
+
+    window: float | None  # Flow.rate_estimate
+    recent: float | None  # over its last two round trips (RateMeter.recent)
+    long: bool
+
+    @property
+    def rate(self) -> float | None:
+        return ramp_rate(self.window, self.recent) if self.long else self.window
+
+
 @dataclass(eq=False)
 class Lane:
     id: int
@@ -3189,17 +3207,13 @@ class DownloadEngine:
         if rng is None:
             left = lane.end.value - lane.reserved
             rtt = self._path_rtt(flow)
-            rate = (
-                self._ramp_rate(flow, now, rtt)
-                if self._long_ramp(flow, now, rtt)
-                else flow.rate_estimate(now)
-            )
+            rate = self._ramp(flow, now, rtt).rate
             # (begun now, the new transfer's first byte is a round trip away and
             # its connection then leaves slow start: it cannot be up to speed
             # sooner than that, however soon the running range ends; a far flow
             # whose range was cut short by steals took the file's last bytes
             # from a near one and finished last)
-            free_in = begun_ahead_latency_s(left, rate, self._path_rtt(flow))
+            free_in = begun_ahead_latency_s(left, rate, rtt)
             move = self._plan_tail(flow, free_in_s=free_in, thief_rate=rate)
             if not isinstance(move, Steal):
                 return "nothing"
@@ -3372,8 +3386,8 @@ class DownloadEngine:
             return
         path_rtt = getattr(fetcher, "path_rtt", None)
         rtt = path_rtt() if path_rtt is not None else None
-        on_ramp = self._long_ramp(flow, now, rtt)
-        rate = self._ramp_rate(flow, now, rtt or 0.0) if on_ramp else flow.rate_estimate(now)
+        ramp = self._ramp(flow, now, rtt or 0.0)
+        rate = ramp.rate
         # (while the flows fill the access link, the others take up what one flow
         # leaves idle in a switch: a second transfer would only queue there)
         if rtt is None or rtt < self.cfg.spare_min_rtt_s or not rate or self.access_saturated():
@@ -3395,16 +3409,10 @@ class DownloadEngine:
         lead_s = max(
             self.cfg.spare_lead_s,
             self.cfg.monitor_interval_s + 0.5 + self.cfg.spare_lead_rtts * rtt
-            + (flow.overlap_bytes / rate if on_ramp else 0.0),
+            + (flow.overlap_bytes / rate if ramp.long else 0.0),
         )
         mine = max(0, lane.end.value - lane.reserved)
-        left_s = (
-            time_left_s(
-                mine, flow.rate_estimate(now), flow.rate.recent(now, max(0.3, 2 * rtt)), rtt
-            )
-            if on_ramp
-            else mine / rate
-        )
+        left_s = time_left_s(mine, ramp.window, ramp.recent, rtt) if ramp.long else mine / rate
         if left_s is None or left_s > lead_s:
             return
         # (a switch saves this flow about three round trips: only worth a
@@ -3413,25 +3421,19 @@ class DownloadEngine:
             return
         keep()
 
-    def _long_ramp(self, flow: Flow, now: float, rtt: float | None = None) -> bool:
-        """Does a new connection on the flow's path take long_ramp_s or
-        more for its first round trip and slow start (EngineConfig.long_ramp_s)?
-        The path's RTT (the transport's, else half the request latency) and the
-        flow's ramp rate."""
+    def _ramp(self, flow: Flow, now: float, rtt: float | None = None) -> Ramp:
+        """The flow's rates for timing what begins before its range ends, over a
+        path of ``rtt`` (default: _path_rtt): its estimate, what it carried over its
+        last two round trips, and whether a new connection there takes
+        long_ramp_s or more for its first round trip and slow start."""
         if rtt is None:
             rtt = self._path_rtt(flow)
+        window = flow.rate_estimate(now)
         if not rtt or rtt <= 0:
-            return False
-        return long_ramp(self._ramp_rate(flow, now, rtt), rtt, self.cfg.long_ramp_s)
-
-    @staticmethod
-    def _ramp_rate(flow: Flow, now: float, rtt: float) -> float | None:
-        """The flow's rate for timing its next range's start ahead (tail.ramp_rate):
-        in slow start the meter's window lags the rate by seconds on a long path,
-        and so did the spare and the start ahead: a 50 Mbit/s mirror at 250 ms had
-        its spare ready 0.3 s before its range ended, its next one began after it,
-        and paid a second slow start (2 s)."""
-        return ramp_rate(flow.rate_estimate(now), flow.rate.recent(now, max(0.3, 2 * rtt)))
+            return Ramp(window, None, False)
+        recent = flow.rate.recent(now, max(0.3, 2 * rtt))
+        return Ramp(window, recent,
+                    long_ramp(ramp_rate(window, recent), rtt, self.cfg.long_ramp_s))
 
     def _switch_cost(self, flow: Flow, rate: float | None) -> float:
         """Seconds of this flow's rate a new range costs it: the switch (wind-down
@@ -3488,7 +3490,7 @@ class DownloadEngine:
             flow.stats.ranges += 1
             lane.overlapped_from = getattr(flow.fetcher, "overlapped", 0)
             flow.warm_up(
-                lane.requested_at, self._warm_up_s(flow), self._long_ramp(flow, lane.requested_at)
+                lane.requested_at, self._warm_up_s(flow), self._ramp(flow, lane.requested_at).long
             )
             flow.rate.start(lane.requested_at)
             if flow.from_zero and lane.reserved > 0:
@@ -3534,15 +3536,12 @@ class DownloadEngine:
             if (error is None and lane.reserved > lane.start) or progressed:
                 flow.consecutive_failures = 0
                 flow.outage_retries = 0
-            outage = error is not None and self._outage_s(error, self._clock()) is not None
-            if error is not None and not progressed and not outage:
-                flow.fruitless_failures += 1
             self._lock.notify_all()
         self._after_commit()
         if error is None:
             return not flow.cancel.is_set()
         with self._lock:
-            return self._on_failure(flow, error)
+            return self._on_failure(flow, error, fruitless=not progressed)
 
     def _fetch_from_zero(self, flow: Flow, lane: Lane) -> None:
         """A from_zero flow's lane: the transfer from byte 0 up to the lane's end,
@@ -3593,6 +3592,11 @@ class DownloadEngine:
             f"the client's own network looks down; retry in {delay:.1f}s (for up to "
             f"{self.cfg.outage_wait_s:.0f} s of silence)",
         )
+        return self._back_off(flow, delay)
+
+    def _back_off(self, flow: Flow, delay: float) -> bool:
+        """Lock held: the flow waits ``delay`` before its retry (woken early when the
+        download ends or the flow is cancelled); True: retry."""
         flow.stats.state = "retrying"
         self._lock.notify_all()
         deadline = self._clock() + delay
@@ -3603,14 +3607,17 @@ class DownloadEngine:
             self._lock.wait(min(left, 0.25))
         return not flow.cancel.is_set()
 
-    def _on_failure(self, flow: Flow, error: TransferError) -> bool:
-        """Caller holds the lock. True: retry on this mirror after a backoff."""
+    def _on_failure(self, flow: Flow, error: TransferError, *, fruitless: bool = False) -> bool:
+        """Caller holds the lock. True: retry on this mirror after a backoff.
+        ``fruitless``: the failed fetch delivered no byte (max_total_failures)."""
         flow.last_error = f"{type(error).__name__}: {error}"
         self._drop_fetcher(flow)
         self._drop_queued(flow)
         quiet = self._outage_s(error, self._clock())
         if quiet is not None and not isinstance(error, RangeNotHonoured):
             return self._wait_out_outage(flow, error, quiet)
+        if fruitless:
+            flow.fruitless_failures += 1
         if isinstance(error, RangeNotHonoured) and not flow.from_zero:
             # From byte 0 it still serves: kept for when no other mirror can.
             flow.from_zero = True
@@ -3651,15 +3658,7 @@ class DownloadEngine:
             return False
         delay = self.cfg.backoff_s[min(flow.consecutive_failures, len(self.cfg.backoff_s)) - 1]
         self._event("retry", flow, f"{type(error).__name__}: {error}; retry in {delay:.1f}s")
-        flow.stats.state = "retrying"
-        self._lock.notify_all()
-        deadline = self._clock() + delay
-        while not (self._finished or self._abort or flow.cancel.is_set()):
-            left = deadline - self._clock()
-            if left <= 0:
-                break
-            self._lock.wait(min(left, 0.25))
-        return not flow.cancel.is_set()
+        return self._back_off(flow, delay)
 
     def _retire(self, flow: Flow, state: str) -> None:
         """Stop a flow for good (caller holds the lock); its lane is released by its thread."""
@@ -4092,7 +4091,7 @@ class DownloadEngine:
                     # read a limited server first)
                     if now >= self._spares_at:
                         self._spares_at = now + self.cfg.spare_check_s
-                        far = [f for f in self.flows.values() if self._long_ramp(f, now)]
+                        far = [f for f in self.flows.values() if self._ramp(f, now).long]
                         for f in far:
                             self._keep_spare(f, now)
                         self._spares_far = bool(far)

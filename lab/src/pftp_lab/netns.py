@@ -151,6 +151,10 @@ def tbf_burst(ns: str, dev: str) -> int | None:
     return None
 
 
+# The burst set on each (namespace, device) by this process (set_shaping).
+_bursts: dict[tuple[str, str], int] = {}
+
+
 def set_shaping(ns: str, dev: str, rate_bps: int | None) -> None:
     """Shape the egress of `dev` to `rate_bps` (None removes the shaping).
 
@@ -172,9 +176,6 @@ def set_shaping(ns: str, dev: str, rate_bps: int | None) -> None:
     sh(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", *args])
     _bursts[(ns, dev)] = int(args[args.index("burst") + 1])
 
-
-# The burst set on each (namespace, device) by this process (set_shaping).
-_bursts: dict[tuple[str, str], int] = {}
 
 
 def shaping_of(ns: str, dev: str) -> str:
