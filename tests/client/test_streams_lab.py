@@ -606,7 +606,9 @@ def _events(summary: dict, kind: str, starting: str = "") -> list[str]:
 def _stream_events(summary: dict) -> tuple[list[str], list[str]]:
     details = [e["detail"] for e in summary["events"] if e["kind"] == "stream"]
     started = [d for d in details if d.startswith("another connection")]
-    ended = [d for d in details if d.startswith("no gain")]
+    # (a trial still opening or warming up when the rest was in: the download's end
+    # closes it, as good as a verdict; seen in CI once, 1 in 40 or so)
+    ended = [d for d in details if d.startswith(("no gain", "not judged"))]
     return started, ended
 
 
@@ -648,6 +650,43 @@ def test_an_extra_connection_that_does_not_pay_takes_no_more_work(tmp_path: Path
     assert summary["mirrors"][0]["bytes"] == SIZE
     assert len(started) <= 1  # no second trial after one that did not pay
     assert len(ended) == len(started)
+
+
+@pytest.mark.lab
+def test_a_trial_the_download_outruns_is_accounted_for(tmp_path: Path) -> None:
+    """The lossy BBR mirror with trials judged only after a minute: the download
+    ends first; the trial's connection carried its range, and its event says it
+    was not judged (every trial started ends in the summary)."""
+    src = tmp_path / "data.bin"
+    digest = make_file(src, SIZE, seed=5)
+    out = tmp_path / "out" / "data.bin"
+    out.parent.mkdir()
+    out.parent.chmod(0o777)
+    spec = MirrorSpec(rate_bps=20 * MBIT, rtt_ms=30, loss=0.01, name="lossy")
+    with Lab([spec], files={"data.bin": src}) as lab:
+        lab.run_in(lab.mirror(0), ["sysctl", "-qw", "net.ipv4.tcp_congestion_control=bbr"],
+                   check=True)
+        code = (
+            "import json\n"
+            "from pftp_client import download\n"
+            "from pftp_client.engine import EngineConfig\n"
+            "cfg = EngineConfig(stream_judge_s=60.0)\n"
+            f"s = download(mirrors=[{lab.mirror(0).ftp_url('data.bin')!r}], output={str(out)!r},"
+            f" sha256={digest!r}, config=cfg, report=False, access_bandwidth_bps=10**9)\n"
+            "print(json.dumps(s.to_json_dict()))\n"
+        )
+        env = {**os.environ, "XDG_CACHE_HOME": str(out.parent)}
+        proc = lab.popen_in("client", [sys.executable, "-c", code], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr[-2000:]
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["sha256_verified"]
+    started, ended = _stream_events(summary)
+    print(summary["seconds"], started, ended)
+    assert len(started) == 1
+    assert len(ended) == 1 and ended[0].startswith("not judged: the download ended first")
+    assert int(ended[0].split("(")[1].split()[0]) > 0  # it carried bytes of its range
 
 
 # --- a server that holds each connection to a rate ---------------------------------------

@@ -864,6 +864,7 @@ class DownloadEngine:
                     end_wait = self._clock() + 10.0
                     while self._writers and self._clock() < end_wait:
                         self._lock.wait(0.05)
+                    self._close_trials()
                 # Nor a checkpoint once the caller may have removed the control
                 # file (it would come back next to the finished file).
                 with self._ckpt_lock:
@@ -884,6 +885,17 @@ class DownloadEngine:
             refetched_bytes=self.refetched_bytes,
             refuted=frozenset(self._refuted),
         )
+
+    def _close_trials(self) -> None:
+        """Lock held, every byte in: a trial not judged yet (its connection still
+        opening or warming up when the rest was done) ends with the download; its
+        event says so, so that every trial started is accounted for."""
+        for trial in list(self._stream_trials.values()):
+            del self._stream_trials[trial.mirror]
+            for fid in trial.streams:
+                e = self.flows[fid]
+                self._event("stream", e, "not judged: the download ended first "
+                            f"({e.stats.received} bytes over it)")
 
     def final_stats(self) -> list[MirrorStats]:
         """Per-mirror figures as of now (also after a failed run: its report).
