@@ -439,6 +439,42 @@ def test_with_no_other_flow_to_run_dry_the_pair_split_stands():
     assert move == Steal(1, grid.align_up(10 * MIB + math.ceil(pair)), 13 * MIB)
 
 
+def test_a_far_fast_thief_takes_a_long_range_rather_than_a_sliver():
+    """r17: six connections of a limited mirror (200 KB/s each, 2 MiB left each)
+    finish last, a far 2.9 MB/s flow has 10 MiB left. A near thief takes the last
+    lane's excess as before; a far 7.2 MB/s thief whose switch costs it 1.5 s
+    (a new data connection in slow start for its bandwidth-delay product) takes
+    its share of the far flow's range instead, more than twice as much in one
+    request (tail._bulkier_steal)."""
+    from pftp_client.tail import _steal_from, share_until_s
+
+    grid = PieceGrid(66 * MIB, 16 * KIB)
+    limited = [LaneView(i, reserved=4 * i * MIB, end=4 * i * MIB + 2 * MIB, rate=200_000.0,
+                        owner=f"lim#{i}") for i in range(1, 7)]
+    far = LaneView(10, reserved=40 * MIB, end=50 * MIB, rate=2_900_000.0, owner="far")
+    near = LaneView(11, reserved=55 * MIB, end=60 * MIB, rate=2_500_000.0, owner="near")
+    lanes = [*limited, far, near]
+    quick = plan_tail_move(lanes, thief_rate=7_200_000.0, thief_latency_s=0.1, grid=grid,
+                           duplicate_budget_left=0)
+    assert isinstance(quick, Steal) and quick.lane_id == 1
+    rate, latency = 7_200_000.0, 1.5
+    sliver = _steal_from(lanes, limited[0], rate, latency, grid,
+                         share_until_s(lanes, rate, latency))
+    assert sliver is not None and sliver.end - sliver.split < rate * latency
+    bulk = plan_tail_move(lanes, thief_rate=rate, thief_latency_s=latency, grid=grid,
+                          duplicate_budget_left=0)
+    assert isinstance(bulk, Steal) and bulk.lane_id == far.lane_id and bulk.end == far.end
+    assert bulk.end - bulk.split > 2 * (sliver.end - sliver.split)
+    # the far flow and the thief then finish together (no other flow to run dry
+    # before them: the pair's split)
+    kept_s = (bulk.split - far.reserved) / far.rate
+    assert kept_s == pytest.approx(latency + (bulk.end - bulk.split) / rate, abs=0.05)
+    # nothing larger elsewhere: the last lane's steal stands
+    alone = plan_tail_move([*limited], thief_rate=rate, thief_latency_s=latency, grid=grid,
+                           duplicate_budget_left=0)
+    assert isinstance(alone, Steal) and alone.lane_id in {v.lane_id for v in limited}
+
+
 def test_a_first_byte_sooner_than_half_a_round_trip_measures_no_request():
     # an HTTP head start's buffered bytes reach the engine 30-50 us after it asks
     assert not measures_a_request(40e-6, 0.160)
