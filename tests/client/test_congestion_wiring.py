@@ -188,6 +188,7 @@ def test_events_become_report_fields():
             "packets": 150,
             "access_link": False,
             "access_unknown": False,
+            "everyone": False,
             "thinned_by": [],
         }
     ]

@@ -246,6 +246,40 @@ def test_shared_set_on_a_full_access_link_goes_to_the_engine_and_is_not_reported
     obs.monitor.stop()
 
 
+class _TwoFlowEngine(_Engine):
+    """An engine running two flows that hears of a set holding both."""
+
+    def __init__(self):
+        super().__init__()
+        self.alive = {"f1", "f2"}
+        self.shared_by_all = 0
+
+    def note_shared_by_all(self):
+        self.shared_by_all += 1
+
+
+def test_a_set_of_every_flow_of_the_download_is_acted_on_but_not_reported():
+    """Every flow the download runs is in the set: the link they all cross may be
+    the client's own (lab r30: its access link cut from 1 Gbit/s to 21 Mbit/s
+    mid-download). The engine acts as on any set; the event says so, and the pair
+    is not reported (the next coordinated download got one mirror of two, 1.86x).
+    A set of two of three flows is reported as before."""
+    from pftp_client.congestion_wiring import congested_with
+
+    engine = _TwoFlowEngine()
+    events, obs = _two_flows_on_one_link(engine)
+    assert events and events[0].everyone and engine.dropped == ["f2"]
+    assert engine.shared_by_all == 1  # (the engine tries no more connections then)
+    as_dicts = [{"mirrors": e.mirrors, "everyone": e.everyone} for e in events]
+    assert congested_with(as_dicts) == {}
+    obs.monitor.stop()
+    events, obs = _two_flows_on_one_link(_Engine())  # (f3 runs on a link of its own)
+    assert events and not events[0].everyone
+    as_dicts = [{"mirrors": e.mirrors, "everyone": e.everyone} for e in events]
+    assert congested_with(as_dicts) == {"m1": ["m2"], "m2": ["m1"]}
+    obs.monitor.stop()
+
+
 class _UnmeasuredEngine(_Engine):
     """An engine with a known access bandwidth whose aggregate is not measured yet."""
 

@@ -199,7 +199,7 @@ def test_an_access_link_cut_while_full_keeps_carrying(tmp_path: Path) -> None:
     "No route to host" for a minute, 1 run in 3), and the downloads through it and a
     ping after it get through. (Two curls alone did not stall the old lab in 8 runs:
     the burst check is what fails there.)"""
-    from pftp_lab.netns import tbf_burst
+    from pftp_lab.netns import LONGEST_PACKET, tbf_burst
 
     src = tmp_path / "big.bin"
     digest = make_file(src, 48 * 1024 * 1024, seed=9)
@@ -221,6 +221,12 @@ def test_an_access_link_cut_while_full_keeps_carrying(tmp_path: Path) -> None:
                 lab.set_access_rate(49_800_000)
             for p in procs:
                 assert p.wait(timeout=90) == 0, p.stderr.read() if p.stderr else ""
+            # from a fast link's large bucket, a cut keeps room for the longest
+            # packet, not the bucket (1.25 MB at 21 Mbit/s: half-second bursts)
+            lab.set_access_rate(1_000_000_000)
+            assert (tbf_burst(lab.router_ns, dev) or 0) > 1_000_000
+            lab.set_access_rate(21_000_000)
+            assert LONGEST_PACKET <= (tbf_burst(lab.router_ns, dev) or 0) + 1024 < 72_000
         finally:
             for p in procs:
                 if p.poll() is None:

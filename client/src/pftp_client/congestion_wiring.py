@@ -166,11 +166,14 @@ def congested_with(events: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
     mirror parked for it was put back to work because the flows left carried
     clearly less without it (lab, lossy-path: a false pair in one run kept a mirror
     out of the coordinator's next choice, 1.39x). Nor is one ``harmless``
-    (held_back_none)."""
+    (held_back_none). Nor one that held every flow of the download: the link
+    they all cross may be the client's own, slower than its configured figure (lab
+    r30: the access link cut from 1 Gbit/s to 21 Mbit/s mid-download; the pair
+    reported, the next coordinated download got one mirror, 1.86x)."""
     out: dict[str, list[str]] = {}
     for ev in events:
         if (ev.get("access_link") or ev.get("access_unknown") or ev.get("refuted")
-                or ev.get("harmless")):
+                or ev.get("harmless") or ev.get("everyone")):
             continue
         members = list(ev["mirrors"])
         for m in members:
@@ -329,6 +332,7 @@ class CongestionSession:
                     "packets": int(event.packets),
                     "access_link": bool(getattr(event, "access_link", False)),
                     "access_unknown": bool(getattr(event, "access_unknown", False)),
+                    "everyone": bool(getattr(event, "everyone", False)),
                     "thinned_by": list(getattr(event, "thinned_by", [])),
                 }
             )
@@ -358,19 +362,22 @@ class CongestionSession:
                 "earlier set left on that link (one drop per link)"
             )
             return
+        unreported = ("; every flow of the download crosses it, so it may be this "
+                      "client's own link: not reported" if getattr(event, "everyone", False)
+                      else "")
         if not event.dropped:
             self.say(
                 f"shared congested link: {', '.join(event.mirrors)} "
                 f"({event.source}, confidence {event.confidence:.2f}, {event.packets} "
                 "packets); nothing dropped: no backup is left to take a place, and the "
-                "flows share the link's rate"
+                f"flows share the link's rate{unreported}"
             )
             return
         self.say(
             f"shared congested link: {', '.join(event.mirrors)} "
             f"({event.source}, confidence {event.confidence:.2f}, {event.packets} packets); "
             f"keeping {event.mirrors[0] if event.mirrors else event.kept}, dropping "
-            f"{', '.join(str(f) for f in event.dropped)}"
+            f"{', '.join(str(f) for f in event.dropped)}{unreported}"
         )
 
     def _keep_observer(self, obs: Any) -> None:

@@ -800,6 +800,7 @@ class DownloadEngine:
         # only with room on a known access link: otherwise their gains mix)
         self._stream_trials: dict[str, StreamTrial] = {}
         self._access_full_at = -1e9  # (EngineConfig.stream_access_hold_s)
+        self._shared_by_all_at = -1e9  # (note_shared_by_all)
         self._path_checks: dict[str, PathCheck] = {}  # flow id -> its check under way
         self._no_streams: set[str] = set()  # mirrors an extra connection did not help
         # mirrors whose kept trial scaled their rate with their connections: the
@@ -983,6 +984,16 @@ class DownloadEngine:
                 f.id for f in self.flows.values()
                 if f.alive and f.lane is not None and f.stream_of is None
             ]
+
+    def note_shared_by_all(self) -> None:
+        """FlowControl: the detector found every flow of the download behind one
+        congested link (a link slower than the access figure says, or unknown):
+        no stream trial for stream_access_hold_s, as behind a full access link;
+        more connections there only take from the others (lab r30: the access link
+        cut from 1 Gbit/s to 21 Mbit/s, seven more connections to the far mirror
+        tried a second later, 4 s of losses and no gain)."""
+        with self._lock:
+            self._shared_by_all_at = self._clock()
 
     def aggregate_bps(self) -> float | None:
         """All flows together, bits/s over the last two seconds."""
@@ -2164,6 +2175,7 @@ class DownloadEngine:
             self.cfg.max_streams <= 1
             or (self._stream_trials and not access)
             or (access and now - self._access_full_at < self.cfg.stream_access_hold_s)
+            or now - self._shared_by_all_at < self.cfg.stream_access_hold_s
             or self._lead_phase != "off"
             or self._parkings
             or self._finished

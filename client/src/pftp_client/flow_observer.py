@@ -42,7 +42,8 @@ class FlowControl(Protocol):
 
     # Optional: ``access_saturated() -> bool``, True while the flows together fill
     # the client's access link (a shared set found then is not acted on);
-    # ``note_kept(kept, dropped)``: the flow kept on the link the dropped ones shared.
+    # ``note_kept(kept, dropped)``: the flow kept on the link the dropped ones shared;
+    # ``note_shared_by_all()``: a set held every flow of the download.
 
 
 class _Ring:

@@ -153,17 +153,22 @@ def tbf_burst(ns: str, dev: str) -> int | None:
 
 # The burst set on each (namespace, device) by this process (set_shaping).
 _bursts: dict[tuple[str, str], int] = {}
+# The longest packet a tbf can have queued: a GSO/GRO packet (64 KiB) and its
+# headers. A rate cut keeps the burst it had up to this, not more: a 1 Gbit/s
+# link's 1.25 MB bucket kept at 21 Mbit/s let 0.5 s bursts through (lab r30).
+LONGEST_PACKET = 64 * 1024 + 2048
 
 
 def set_shaping(ns: str, dev: str, rate_bps: int | None) -> None:
     """Shape the egress of `dev` to `rate_bps` (None removes the shaping).
 
     A rate change keeps the tbf's burst at least what it was (and 1 KiB over what tc
-    reports, which rounds): the packets already queued were let in against the old
-    burst (a forwarded GRO packet up to it), and tbf never sends one longer than its
-    bucket: the queue behind it then stalled for good (lab r16, the access link cut
-    from 49.8 to 35.4 Mbit/s while full: 1210 packets stuck, every connect of the
-    client "No route to host" once its gateway's ARP replies queued behind them)."""
+    reports, which rounds), up to LONGEST_PACKET: the packets already queued were
+    let in against the old burst (a forwarded GRO packet up to it), and tbf never
+    sends one longer than its bucket: the queue behind it then stalled for good (lab
+    r16, the access link cut from 49.8 to 35.4 Mbit/s while full: 1210 packets
+    stuck, every connect of the client "No route to host" once its gateway's ARP
+    replies queued behind them)."""
     if rate_bps is None:
         sh(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)
         _bursts.pop((ns, dev), None)
@@ -172,7 +177,7 @@ def set_shaping(ns: str, dev: str, rate_bps: int | None) -> None:
     if floor is None:  # (shaped by another process: what tc says, rounded down)
         before = tbf_burst(ns, dev)
         floor = before + 1024 if before is not None else 0
-    args = tbf_args(rate_bps, floor)
+    args = tbf_args(rate_bps, min(floor, LONGEST_PACKET))
     sh(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", *args])
     _bursts[(ns, dev)] = int(args[args.index("burst") + 1])
 

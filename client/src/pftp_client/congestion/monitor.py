@@ -63,6 +63,10 @@ class CongestionEvent:
     # the access bandwidth is known but the flows' aggregate was not measured yet:
     # whether the shared link is the access link could not be told (kept, unreported)
     access_unknown: bool = False
+    # the set held every flow the download was running (two or more): the shared
+    # link may be the client's own (an access link slower than configured), which
+    # says nothing about the mirrors' paths (not reported to the coordinator)
+    everyone: bool = False
     # mirrors of the set whose flow is what an earlier set left on that link:
     # nothing dropped (MonitorObserver: one drop per upstream link)
     thinned_by: list[str] = field(default_factory=list)
@@ -302,6 +306,14 @@ class MonitorObserver:
         event.access_link = bool(saturated is not None and saturated())
         undetermined = getattr(self.control, "access_undetermined", None)
         event.access_unknown = bool(undetermined is not None and undetermined())
+        running = getattr(self.control, "active_flows", None)
+        if running is not None:
+            flows = set(running())
+            event.everyone = len(flows) >= 2 and flows <= {str(f) for f in event.shared_set}
+        if event.everyone:
+            note = getattr(self.control, "note_shared_by_all", None)
+            if note is not None:
+                note()
         if not event.access_link:
             # One drop per upstream link: a set holding the flow an earlier set left
             # is that link again (three mirrors behind one: the first set is two of
