@@ -3336,9 +3336,19 @@ class DownloadEngine:
         piece instead of waiting for that flow to fail (twice the reply timeout)."""
         if self._unanswered(lane, now):
             return 0.0
-        if lane is lane.flow.lane and lane.first_byte is not None and self._dark(lane.flow, now):
+        flow = lane.flow
+        if lane is flow.lane and lane.first_byte is not None and self._dark(flow, now):
             return 0.0
-        return lane.flow.rate_estimate(now)
+        rate = flow.rate_estimate(now)
+        if lane is flow.lane and rate is not None:
+            ramp = self._ramp(flow, now)
+            if ramp.long and ramp.recent is not None and ramp.recent > rate:
+                # (in slow start on a long path the window's average lags what the
+                # flow carries now by seconds: r17, two far mirrors at 3 s, each
+                # read as the one to finish last, took each other's ends, two
+                # switches of ~2 s; what it carries now, the last two round trips)
+                return ramp.recent
+        return rate
 
     def _unanswered(self, lane: Lane, now: float) -> bool:
         """Lock held: ``lane``, its flow's current one, has had no first byte for
