@@ -150,3 +150,15 @@ def test_only_a_long_fat_path_counts_as_a_long_ramp() -> None:
     assert not long_ramp(5 * mbit, 0.04, 0.25)
     assert not long_ramp(50 * mbit, None, 0.25)
     assert not long_ramp(50 * mbit, 0.0, 0.25)
+
+
+def test_a_victim_in_slow_start_on_a_long_path_counts_at_what_it_carries_now() -> None:
+    """r17: two far mirrors at 3 s, their windows' averages half what they carried,
+    each read as the one to finish last and took the other's end."""
+    from pftp_client.tail import victim_rate
+
+    assert victim_rate(3e6, 6.5e6, True) == 6.5e6  # ramping on a long path
+    assert victim_rate(3e6, 6.5e6, False) == 3e6  # a short path: the window
+    assert victim_rate(6.5e6, 3e6, True) == 6.5e6  # slowing down: the window
+    assert victim_rate(None, 6.5e6, True) is None  # nothing measured: no figure
+    assert victim_rate(3e6, None, True) == 3e6

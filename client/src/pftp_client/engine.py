@@ -99,6 +99,7 @@ from pftp_client.tail import (
     ramp_rate,
     switch_latency_s,
     time_left_s,
+    victim_rate,
 )
 from pftp_client.transports.base import (
     Cancelled,
@@ -3339,16 +3340,10 @@ class DownloadEngine:
         flow = lane.flow
         if lane is flow.lane and lane.first_byte is not None and self._dark(flow, now):
             return 0.0
-        rate = flow.rate_estimate(now)
-        if lane is flow.lane and rate is not None:
-            ramp = self._ramp(flow, now)
-            if ramp.long and ramp.recent is not None and ramp.recent > rate:
-                # (in slow start on a long path the window's average lags what the
-                # flow carries now by seconds: r17, two far mirrors at 3 s, each
-                # read as the one to finish last, took each other's ends, two
-                # switches of ~2 s; what it carries now, the last two round trips)
-                return ramp.recent
-        return rate
+        if lane is not flow.lane:
+            return flow.rate_estimate(now)
+        ramp = self._ramp(flow, now)
+        return victim_rate(ramp.window, ramp.recent, ramp.long)
 
     def _unanswered(self, lane: Lane, now: float) -> bool:
         """Lock held: ``lane``, its flow's current one, has had no first byte for

@@ -372,6 +372,18 @@ def ramp_rate(window: float | None, recent: float | None) -> float | None:
     return 2 * recent
 
 
+def victim_rate(window: float | None, recent: float | None, long: bool) -> float | None:
+    """A flow's rate as a victim of tail planning: its meter's ``window`` rate, or,
+    on a ``long`` ramp (tail.long_ramp) while ``recent`` (its last two round trips)
+    is above that, the recent one: in slow start on a long path the window's
+    average lags what the flow carries by seconds (r17: two far mirrors at 3 s,
+    each read as the one to finish last, took each other's ends, two switches of
+    ~2 s). Not ramp_rate's doubling: a victim's rate sets what it keeps."""
+    if long and window is not None and recent is not None and recent > window:
+        return recent
+    return window
+
+
 def time_left_s(
     left: int, window: float | None, recent: float | None, rtt_s: float
 ) -> float | None:
