@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pftp_wire.tcp_model import slow_start_s
 
@@ -254,23 +254,23 @@ def plan_tail_move(
     victim = choose_victim(lanes)
     if victim is None:
         return None
-    if victim.rate is None and thief_rate is not None:
-        known = [v.rate for v in lanes if v.rate is not None and v.rate > 0]
-        if known:
-            victim = LaneView(
-                victim.lane_id,
-                victim.reserved,
-                victim.end,
-                sum(known) / len(known),
-                victim.shadowed,
-                victim.floor,
-                victim.owner,
-            )
+    if thief_rate is not None:
+        victim = _rated(victim, lanes)
     share_s = share_until_s(lanes, thief_rate, thief_latency_s)
     steal = _steal_from(lanes, victim, thief_rate, thief_latency_s, grid, share_s)
     if steal is not None:
         return _bulkier_steal(lanes, steal, thief_rate, thief_latency_s, grid, share_s)
     return plan_duplicate(victim, thief_rate, thief_latency_s, duplicate_budget_left)
+
+
+def _rated(victim: LaneView, lanes: Sequence[LaneView]) -> LaneView:
+    """``victim``, at the mean of the known rates when its own is not known yet."""
+    if victim.rate is not None:
+        return victim
+    known = [v.rate for v in lanes if v.rate is not None and v.rate > 0]
+    if not known:
+        return victim
+    return replace(victim, rate=sum(known) / len(known))
 
 
 def _steal_from(
@@ -300,16 +300,13 @@ def _bulkier_steal(
     size = steal.end - steal.split
     if size >= BULK_STEAL * thief_rate * thief_latency_s:
         return steal
-    known = [v.rate for v in lanes if v.rate is not None and v.rate > 0]
-    fallback = sum(known) / len(known) if known else None
     best = steal
     for v in lanes:
         if v.lane_id == steal.lane_id or v.shadowed or v.end <= v.reserved:
             continue
+        v = _rated(v, lanes)
         if v.rate is None:
-            if fallback is None:
-                continue
-            v = LaneView(v.lane_id, v.reserved, v.end, fallback, v.shadowed, v.floor, v.owner)
+            continue
         other = _steal_from(lanes, v, thief_rate, thief_latency_s, grid, share_s)
         if other is not None and other.end - other.split > BULK_GAIN * (best.end - best.split):
             best = other
