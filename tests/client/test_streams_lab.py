@@ -652,6 +652,33 @@ def test_an_extra_connection_that_does_not_pay_takes_no_more_work(tmp_path: Path
     assert len(ended) == len(started)
 
 
+def _api_download(lab: Lab, out: Path, digest: str, config: str, options: str
+                  ) -> tuple[dict, str]:
+    """The library's download() from the lab's first mirror into ``out``, run in the
+    client namespace with ``EngineConfig(config)`` and ``options`` (keyword
+    arguments, as source text), its log on stderr: (the summary, the log)."""
+    code = (
+        "import json, logging, sys\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stderr,"
+        " format='%(created).3f %(message)s')\n"
+        "from pftp_client import download\n"
+        "from pftp_client.engine import EngineConfig\n"
+        f"cfg = EngineConfig({config})\n"
+        f"s = download(mirrors=[{lab.mirror(0).ftp_url('data.bin')!r}], output={str(out)!r},"
+        f" sha256={digest!r}, config=cfg, report=False, {options})\n"
+        "print(json.dumps(s.to_json_dict()))\n"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(out.parent)}
+    env.pop("PFTP_ACCESS_BANDWIDTH", None)
+    proc = lab.popen_in("client", [sys.executable, "-c", code], env=env,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr[-2000:]
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["sha256_verified"]
+    return summary, stderr
+
+
 @pytest.mark.lab
 def test_a_trial_the_download_outruns_is_accounted_for(tmp_path: Path) -> None:
     """The lossy BBR mirror with trials judged only after a minute: the download
@@ -666,22 +693,8 @@ def test_a_trial_the_download_outruns_is_accounted_for(tmp_path: Path) -> None:
     with Lab([spec], files={"data.bin": src}) as lab:
         lab.run_in(lab.mirror(0), ["sysctl", "-qw", "net.ipv4.tcp_congestion_control=bbr"],
                    check=True)
-        code = (
-            "import json\n"
-            "from pftp_client import download\n"
-            "from pftp_client.engine import EngineConfig\n"
-            "cfg = EngineConfig(stream_judge_s=60.0)\n"
-            f"s = download(mirrors=[{lab.mirror(0).ftp_url('data.bin')!r}], output={str(out)!r},"
-            f" sha256={digest!r}, config=cfg, report=False, access_bandwidth_bps=10**9)\n"
-            "print(json.dumps(s.to_json_dict()))\n"
-        )
-        env = {**os.environ, "XDG_CACHE_HOME": str(out.parent)}
-        proc = lab.popen_in("client", [sys.executable, "-c", code], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        stdout, stderr = proc.communicate(timeout=180)
-    assert proc.returncode == 0, stderr[-2000:]
-    summary = json.loads(stdout.strip().splitlines()[-1])
-    assert summary["sha256_verified"]
+        summary, _log = _api_download(lab, out, digest, "stream_judge_s=60.0",
+                                      "access_bandwidth_bps=10**9")
     started, ended = _stream_events(summary)
     print(summary["seconds"], started, ended)
     assert len(started) == 1
@@ -864,27 +877,10 @@ def test_a_trial_that_scaled_is_kept_without_waiting_for_the_round(tmp_path: Pat
     out.parent.mkdir()
     out.parent.chmod(0o777)
     with Lab([spec], files={"data.bin": src}) as lab:
-        code = (
-            "import json, logging, sys\n"
-            "logging.basicConfig(level=logging.INFO, stream=sys.stderr,"
-            " format='%(created).3f %(message)s')\n"
-            "from pftp_client import download\n"
-            "from pftp_client.engine import EngineConfig\n"
-            "cfg = EngineConfig(stream_early_first_s=60.0, stream_early_s=60.0,"
-            " stream_judge_s=0.3)\n"
-            f"s = download(mirrors=[{lab.mirror(0).ftp_url('data.bin')!r}], output={str(out)!r},"
-            f" sha256={digest!r}, config=cfg, max_connections=2, report=False,"
-            " access_bandwidth_bps=None)\n"
-            "print(json.dumps(s.to_json_dict()))\n"
-        )
-        env = {**os.environ, "XDG_CACHE_HOME": str(out.parent)}
-        env.pop("PFTP_ACCESS_BANDWIDTH", None)
-        proc = lab.popen_in("client", [sys.executable, "-c", code], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        stdout, stderr = proc.communicate(timeout=180)
-    assert proc.returncode == 0, stderr[-2000:]
-    summary = json.loads(stdout.strip().splitlines()[-1])
-    assert summary["sha256_verified"]
+        summary, stderr = _api_download(
+            lab, out, digest,
+            "stream_early_first_s=60.0, stream_early_s=60.0, stream_judge_s=0.3",
+            "max_connections=2, access_bandwidth_bps=None")
     started = [float(ln.split()[0]) for ln in stderr.splitlines()
                if ": stream: another connection: its connection idle" in ln]
     kept = [float(ln.split()[0]) for ln in stderr.splitlines() if ": kept (" in ln]
