@@ -239,6 +239,68 @@ def test_steady_rate_reads_the_end_of_a_slow_start_not_its_average():
     assert not still_growing(long, None)  # no RTT: never extends a read
 
 
+def _hiccup_samples(rate_bps: float, span_s: float, gap_at: float, gap_s: float,
+                    catchup: float = 3.0) -> list[tuple[float, int]]:
+    """A steady read at ``rate_bps``, one segment per receive, in which delivery
+    stops for ``gap_s`` at ``gap_at`` and the backlog then comes at ``catchup`` times
+    the rate (a busy machine's kernel delivering a path's packets late)."""
+    seg, out, t, got, owed = 1448, [], 0.0, 0, 0.0
+    step = seg * 8 / rate_bps
+    while t < span_s:
+        if gap_at <= t < gap_at + gap_s:
+            owed += seg
+            t += step
+            continue
+        if owed > 0:  # the backlog, faster than the path
+            got += seg
+            owed -= seg * (catchup - 1) / catchup
+            t += step / catchup
+        else:
+            got += seg
+            t += step
+        out.append((t, got))
+    return out
+
+
+def test_a_delivery_hiccup_is_not_read_as_a_burst_of_rate():
+    """Eight probes on two busy cores: the kernel held a 12 Mbit/s path's packets
+    for 100 ms and delivered them at once; the last quarter, begun in that burst,
+    read 20 Mbit/s. The window starts at the gap instead, and a gap so late that its
+    backlog is still coming leaves the clean read before it."""
+    from pftp_coordinator.probes.throughput import steady_rate_bps
+
+    rate = 12e6
+    span = 0.4
+    at_window = _hiccup_samples(rate, span, gap_at=0.24, gap_s=0.1)  # window from ~0.3
+    naive = at_window[-1][1] - next(b for t, b in at_window if t >= at_window[-1][0] - span / 4)
+    assert naive * 8 / (span / 4) > 1.3 * rate  # what the last quarter alone says
+    assert steady_rate_bps(at_window, 0.0001) == pytest.approx(rate, rel=0.05)
+    late = _hiccup_samples(rate, span, gap_at=0.33, gap_s=0.06)  # backlog not all in
+    assert steady_rate_bps(late, 0.0001) == pytest.approx(rate, rel=0.05)
+    clean = _hiccup_samples(rate, span, gap_at=1.0, gap_s=0.1)  # no gap at all
+    assert steady_rate_bps(clean, 0.0001) == pytest.approx(rate, rel=0.02)
+
+
+def test_arrival_clock_counts_what_the_kernel_received_not_what_was_read():
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        reader = socket.create_connection(listener.getsockname())
+        sender, _ = listener.accept()
+    with reader, sender:
+        clock = ArrivalClock(reader)
+        sender.sendall(b"a" * 3000)
+        deadline = time.monotonic() + 5
+        got = b""
+        while not got and time.monotonic() < deadline:
+            got, _ = clock.recv(1000)
+        time.sleep(0.1)  # all 3000 are in by now
+        more, _ = clock.recv(1000)
+        assert len(got) == len(more) == 1000
+        assert clock.last_wire is not None
+        t_wire, kernel = clock.last_wire
+        assert kernel == 3000  # the 1000 still unread count: the kernel has them
+        assert t_wire <= time.perf_counter()
+
+
 def test_arrival_clock_times_bytes_by_their_arrival_not_by_the_late_read():
     """Two sends 0.3 s apart; the second is read 0.3 s after it came (the probe's
     reads are late on a busy coordinator), yet timed when it came. (A backlog read
@@ -282,6 +344,9 @@ class _StampedLate:
 
     def recv(self, n: int) -> bytes:
         return self.sock.recv(n)
+
+    def getsockopt(self, *args):
+        return self.sock.getsockopt(*args)
 
     def recvmsg(self, n: int, ancsize: int):
         data, ancdata, flags, addr = self.sock.recvmsg(n, ancsize)

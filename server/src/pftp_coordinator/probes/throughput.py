@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
+from pftp_wire.tcp_info import received_bytes
 
 from pftp_coordinator.ftp_control import finish_transfer, read_reply, reset_close, url_path
 
@@ -62,6 +63,10 @@ class ArrivalClock:
         self.last_waited: bool | None = None
         # one offset per read: a clock step mid-read would shift all its times alike
         self._realtime_minus_perf = time.time() - time.perf_counter()
+        # (time.perf_counter(), bytes the kernel had received by then) after the last
+        # recv; None where TCP_INFO does not say (see _Reading.wire)
+        self.last_wire: tuple[float, int] | None = None
+        self._wire = True
 
     @staticmethod
     def stamp(sock: socket.socket) -> bool:
@@ -80,6 +85,25 @@ class ArrivalClock:
 
     def recv(self, n: int) -> tuple[bytes, float]:
         """Up to ``n`` bytes and when the last of them arrived."""
+        data, arrived = self._recv(n)
+        self._note_wire()
+        return data, arrived
+
+    def _note_wire(self) -> None:
+        if not self._wire:
+            return
+        try:
+            got = received_bytes(self.sock)
+        except OSError as exc:
+            log.debug("no TCP_INFO (%s): the read's rate is timed by arrivals", exc)
+            got = None
+        if got is None:
+            self._wire = False
+            self.last_wire = None
+            return
+        self.last_wire = (time.perf_counter(), got)
+
+    def _recv(self, n: int) -> tuple[bytes, float]:
         if not self.kernel:
             data = self.sock.recv(n)
             self.last_waited = None
@@ -117,6 +141,14 @@ class ThroughputResult:
     # per sample: did its receive wait for the data (None: not known)
     waited: tuple[bool | None, ...] = field(default=(), repr=False, compare=False)
     rtt_s: float | None = None  # the path's round trip as the read saw it, if known
+    # (time.perf_counter(), bytes the kernel had received) after each receive, where
+    # TCP_INFO says (_Reading.wire); the rate's own series then (rate_samples)
+    wire: tuple[tuple[float, int], ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def rate_samples(self) -> tuple[tuple[float, int], ...]:
+        """The series a rate is read from: the kernel's byte counts when known."""
+        return self.wire if len(self.wire) >= 3 else self.samples
 
 
 class ProbeError(Exception):
@@ -157,19 +189,49 @@ def _rate_since(
     return (b_end - b) * 8 / (t_end - t)
 
 
+# A gap in delivery this many typical gaps long (and at least HICCUP_MIN_S) is
+# followed by its backlog at once; a window that starts within HICCUP_CATCHUP gap
+# lengths after it takes it from the gap's start instead.
+HICCUP_FACTOR = 10.0
+HICCUP_MIN_S = 0.02
+HICCUP_CATCHUP = 2.0
+
+
 def steady_rate_bps(samples: Sequence[tuple[float, int]], rtt_s: float | None) -> float | None:
     """The rate at the end of a read (bits/s): over its last quarter, and at least two
     round trips. A short read over a long path is mostly slow start (at 80 ms, 512 kB
     of a 40 Mbit/s path take ~5 round trips and read as 10 Mbit/s over the whole);
     its end is what a long download will see. ``samples`` are (time, bytes so far)
-    after the first chunk. None when there are too few to tell."""
+    after the first chunk. None when there are too few to tell.
+
+    A window never starts inside the catch-up after a gap in delivery (the gap's
+    backlog arriving at once, faster than the path): it then starts at the gap.
+    On a busy machine the kernel itself delivers a path's packets late (the lab's
+    namespaces, eight probes on two cores: 100 ms without a byte, then 30 Mbit/s
+    through a 12 Mbit/s link), and a last quarter that began in that burst read a
+    12 Mbit/s mirror at 20 (session 46)."""
     if len(samples) < 3:
         return None
-    span = samples[-1][0] - samples[0][0]
+    t_end = samples[-1][0]
+    span = t_end - samples[0][0]
     window = max(2 * (rtt_s or 0.0), span / 4)
     if span <= 0 or window >= span:
         return None
-    return _rate_since(samples, window)
+    start = t_end - window
+    gaps = [samples[j + 1][0] - samples[j][0] for j in range(len(samples) - 1)]
+    long_gap = max(HICCUP_MIN_S, HICCUP_FACTOR * statistics.median(gaps))
+    hiccup: int | None = None  # the earliest gap the window was taken back to
+    for j in range(len(gaps) - 1, -1, -1):
+        if gaps[j] >= long_gap and samples[j + 1][0] + HICCUP_CATCHUP * gaps[j] > start:
+            start, hiccup = min(start, samples[j][0]), j
+    i = max(0, bisect.bisect_right(samples, (start, math.inf)) - 1)
+    rate = (samples[-1][1] - samples[i][1]) * 8 / (t_end - samples[i][0])
+    if hiccup is None:
+        return rate
+    # (a gap near the end leaves part of its backlog still to come, and the window
+    # from it reads low: the read before the gap is clean of both)
+    before = steady_rate_bps(samples[: hiccup + 1], rtt_s)
+    return max(rate, before or 0.0)
 
 
 def still_growing(samples: Sequence[tuple[float, int]], rtt_s: float | None) -> bool:
@@ -410,11 +472,22 @@ class _Reading:
         self.t_last = 0.0
         self.samples: list[tuple[float, int]] = []
         self.waited: list[bool | None] = []
+        # (read time, bytes the kernel had received then) per receive: immune to
+        # the kernel's stamps, which give a late reader's backlog the time of its
+        # last segment. With eight probes' readers on two busy cores, a 12 Mbit/s
+        # mirror's last quarter read 15-20 Mbit/s by those stamps (lab, 100 ms
+        # late reads), and the plan gave it 4 connections alone (session 46).
+        self.wire: list[tuple[float, int]] = []
         # pacing_undecided of the samples, read again after each new long gap
         self._undecided = False
         self._gap_seen = True  # (read at the first call)
 
-    def add(self, n: int, now: float, waited: bool | None = None) -> None:
+    def add(
+        self, n: int, now: float, waited: bool | None = None,
+        wire: tuple[float, int] | None = None,
+    ) -> None:
+        if wire is not None and (not self.wire or wire[0] > self.wire[-1][0]):
+            self.wire.append(wire)
         now = max(now, self.t_last)  # (a read timed by itself, then kernel times)
         if self.t_first is not None and now - self.t_last >= PAUSE_MIN_S:
             self._gap_seen = True
@@ -454,12 +527,13 @@ class _Reading:
         bps = data_phase_bps(self.nbytes, self.first_chunk, self.t_first, self.t_last)
         if bps == float("inf"):
             bps = self.nbytes * 8 / max(self.t_last - t0, 1e-6)
-        steady = steady_rate_bps(self.samples, self.rtt_s)
+        wire = tuple(self.wire) if len(self.wire) >= 3 else ()
+        steady = steady_rate_bps(wire or self.samples, self.rtt_s)
         if steady is not None:
-            bps = max(bps, steady)
+            bps = max(bps, steady) if not wire else steady
         return ThroughputResult(
             method, self.nbytes, self.t_last - t0, self.t_first - t0, bps,
-            tuple(self.samples), tuple(self.waited), self.rtt_s,
+            tuple(self.samples), tuple(self.waited), self.rtt_s, wire,
         )
 
 
@@ -505,7 +579,7 @@ def ftp_ranged_read(
                 if not data:
                     server_ended = True
                     break
-                reading.add(len(data), arrived, clock.last_waited)
+                reading.add(len(data), arrived, clock.last_waited, clock.last_wire)
         finally:
             reset_close(conn)
         nbytes = reading.nbytes
@@ -623,21 +697,22 @@ def aggregate_bps(reads: Sequence[ThroughputResult]) -> tuple[float, float]:
     each read's own rate instead would count reads that barely overlapped as if
     they had run together. When the reads never overlapped, the rate over the whole
     (all data-phase bytes from the first first byte to the last last byte) is
-    returned with window 0: a lower bound."""
-    timed = [r for r in reads if r.samples]
+    returned with window 0: a lower bound. Each read's kernel byte counts are used
+    where it has them (ThroughputResult.rate_samples)."""
+    timed = [r.rate_samples for r in reads if r.samples]
     if not timed:
         raise ProbeError("parallel read: no arrival samples")
-    start = max(r.samples[0][0] for r in timed)
-    end = min(r.samples[-1][0] for r in timed)
-    rtts = [r.rtt_s for r in timed if r.rtt_s]
+    start = max(r[0][0] for r in timed)
+    end = min(r[-1][0] for r in timed)
+    rtts = [r.rtt_s for r in reads if r.samples and r.rtt_s]
     if rtts and end - (start + 2 * max(rtts)) >= (end - start) / 2:
         start += 2 * max(rtts)
     if end > start:
-        carried = math.fsum(_bytes_at(r.samples, end) - _bytes_at(r.samples, start) for r in timed)
+        carried = math.fsum(_bytes_at(r, end) - _bytes_at(r, start) for r in timed)
         return carried * 8 / (end - start), end - start
-    first = min(r.samples[0][0] for r in timed)
-    last = max(r.samples[-1][0] for r in timed)
-    data = sum(r.samples[-1][1] - r.samples[0][1] for r in timed)
+    first = min(r[0][0] for r in timed)
+    last = max(r[-1][0] for r in timed)
+    data = sum(r[-1][1] - r[0][1] for r in timed)
     return (data * 8 / (last - first) if last > first else 0.0), 0.0
 
 
