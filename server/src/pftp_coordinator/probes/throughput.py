@@ -228,10 +228,16 @@ def steady_rate_bps(samples: Sequence[tuple[float, int]], rtt_s: float | None) -
     rate = (samples[-1][1] - samples[i][1]) * 8 / (t_end - samples[i][0])
     if hiccup is None:
         return rate
-    # (a gap near the end leaves part of its backlog still to come, and the window
-    # from it reads low: the read before the gap is clean of both)
-    before = steady_rate_bps(samples[: hiccup + 1], rtt_s)
-    return max(rate, before or 0.0)
+    # A gap near the end leaves part of its backlog still to come, and the window
+    # from it reads low. The whole read is a floor; so is the read before the gap
+    # when that gap is the read's only one. (Not with several: a pacing server's
+    # pauses look the same, and before its first came its first burst at the
+    # path's rate, four times the connection's on vsftpd.)
+    floor = (samples[-1][1] - samples[0][1]) * 8 / span
+    if sum(g >= long_gap for g in gaps) == 1:
+        before = _rate_since(samples, window, hiccup)
+        floor = max(floor, before or 0.0)
+    return max(rate, floor)
 
 
 def still_growing(samples: Sequence[tuple[float, int]], rtt_s: float | None) -> bool:
