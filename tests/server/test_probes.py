@@ -144,6 +144,11 @@ def test_ftp_and_http_ranged_reads(tmp_path):
         for read, base in ((ftp_ranged_read, ftp.url), (http_ranged_read, http.url)):
             r = read(base + "pub/big.bin", 300_000, timeout_s=20)
             assert r.nbytes == 300_000 and r.bps > 0 and r.seconds >= r.first_byte_s
+            # the rate's series: what the kernel had received at each receive
+            whole = read(base + "pub/big.bin", 1_500_000, timeout_s=20)
+            assert len(whole.wire) >= 3 and whole.rate_samples == whole.wire
+            counts = [b for _, b in whole.wire]
+            assert counts == sorted(counts) and counts[-1] >= whole.nbytes
             r2 = read(base + "pub/big.bin", 100_000, offset=2 * 1024 * 1024 - 50_000, timeout_s=20)
             assert r2.nbytes == 50_000  # past the end: what is left
         with pytest.raises(ProbeError):

@@ -90,18 +90,9 @@ class ArrivalClock:
         return data, arrived
 
     def _note_wire(self) -> None:
-        if not self._wire:
-            return
-        try:
-            got = received_bytes(self.sock)
-        except OSError as exc:
-            log.debug("no TCP_INFO (%s): the read's rate is timed by arrivals", exc)
-            got = None
-        if got is None:
-            self._wire = False
-            self.last_wire = None
-            return
-        self.last_wire = (time.perf_counter(), got)
+        if self._wire:
+            self.last_wire = _wire_now(self.sock)
+            self._wire = self.last_wire is not None  # (not there: not asked again)
 
     def _recv(self, n: int) -> tuple[bytes, float]:
         if not self.kernel:
@@ -642,15 +633,38 @@ def http_ranged_read(
                 # the request's round trip (on a new connection, after its handshake)
                 rtt = time.perf_counter() - t0 if resp.status_code == 206 else None
                 reading = _Reading(size, max_size if rtt else size, rtt)
-                for data in resp.iter_raw(CHUNK):
+                sock = _response_socket(resp)
+                # (each receive as it comes, not CHUNK-sized pieces: a rate needs
+                # more than the eight points of a 512 kB read)
+                for data in resp.iter_raw():
                     if time.monotonic() > deadline:
                         raise ProbeError(f"http-range: timed out after {reading.nbytes} bytes")
-                    reading.add(min(len(data), reading.want()), time.perf_counter())
+                    now = time.perf_counter()
+                    wire = _wire_now(sock)
+                    reading.add(min(len(data), reading.want()), now, wire=wire)
                     if not reading.want():
                         break
         return reading.result("http-range", t0)
     except (TimeoutError, httpx.HTTPError, OSError) as exc:
         raise ProbeError(f"http-range {url}: {exc}") from exc
+
+
+def _response_socket(resp: httpx.Response) -> socket.socket | None:
+    """The TCP socket under an httpx response (httpcore's network stream), if any."""
+    stream = resp.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    return sock if isinstance(sock, socket.socket) else None
+
+
+def _wire_now(sock: socket.socket | None) -> tuple[float, int] | None:
+    """(time.perf_counter(), bytes the kernel has received on ``sock``), or None."""
+    if sock is None:
+        return None
+    try:
+        got = received_bytes(sock)
+    except OSError:
+        return None
+    return None if got is None else (time.perf_counter(), got)
 
 
 def ranged_read(
