@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
-from pftp_wire.tcp_info import received_bytes
 
 from pftp_coordinator.ftp_control import finish_transfer, read_reply, reset_close, url_path
 
@@ -219,13 +218,20 @@ def steady_rate_bps(samples: Sequence[tuple[float, int]], rtt_s: float | None) -
     rate = (samples[-1][1] - samples[i][1]) * 8 / (t_end - samples[i][0])
     if hiccup is None:
         return rate
+    long_gaps = [j for j, g in enumerate(gaps) if g >= long_gap]
+    last = long_gaps[-1]
+    if len(long_gaps) >= 2 and last > i and samples[last][0] - samples[i][0] >= window / 2:
+        # (several gaps, a pacing server's sleeps say: from one gap's start to the
+        # last's, whole periods. To the end, the window ends on a burst: one burst
+        # more than periods, a pyftpdlib held to 1 MB/s read at 1.5x)
+        rate = (samples[last][1] - samples[i][1]) * 8 / (samples[last][0] - samples[i][0])
     # A gap near the end leaves part of its backlog still to come, and the window
     # from it reads low. The whole read is a floor; so is the read before the gap
     # when that gap is the read's only one. (Not with several: a pacing server's
     # pauses look the same, and before its first came its first burst at the
     # path's rate, four times the connection's on vsftpd.)
     floor = (samples[-1][1] - samples[0][1]) * 8 / span
-    if sum(g >= long_gap for g in gaps) == 1:
+    if len(long_gaps) == 1:
         before = _rate_since(samples, window, hiccup)
         floor = max(floor, before or 0.0)
     return max(rate, floor)
@@ -524,7 +530,12 @@ class _Reading:
         bps = data_phase_bps(self.nbytes, self.first_chunk, self.t_first, self.t_last)
         if bps == float("inf"):
             bps = self.nbytes * 8 / max(self.t_last - t0, 1e-6)
-        wire = tuple(self.wire) if len(self.wire) >= 3 else ()
+        # (from the first receive that found all the read's bytes in the kernel on,
+        # they came before: a reader slower than the path, loopback say, sees a
+        # flat count there. Those receives say nothing of the path)
+        arrived = next((k for k, (_, b) in enumerate(self.wire) if b >= self.nbytes),
+                       len(self.wire) - 1)
+        wire = tuple(self.wire[: arrived + 1]) if arrived >= 2 else ()
         steady = steady_rate_bps(wire or self.samples, self.rtt_s)
         if steady is not None:
             bps = max(bps, steady) if not wire else steady
@@ -656,15 +667,25 @@ def _response_socket(resp: httpx.Response) -> socket.socket | None:
     return sock if isinstance(sock, socket.socket) else None
 
 
+# struct tcp_info's tcpi_bytes_received (u64, Linux >= 4.1). (The client reads it
+# too, in its transports/window.py; not shared through pftp_wire, which the
+# client's start-up path keeps out until its first transfers are under way.)
+_TCPI_BYTES_RECEIVED = 128
+_TCP_INFO_LEN = _TCPI_BYTES_RECEIVED + 8
+
+
 def _wire_now(sock: socket.socket | None) -> tuple[float, int] | None:
-    """(time.perf_counter(), bytes the kernel has received on ``sock``), or None."""
+    """(time.perf_counter(), bytes the kernel has received on ``sock`` so far, read
+    or not), or None where the kernel does not say."""
     if sock is None:
         return None
     try:
-        got = received_bytes(sock)
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
     except OSError:
         return None
-    return None if got is None else (time.perf_counter(), got)
+    if len(info) < _TCP_INFO_LEN:
+        return None
+    return time.perf_counter(), struct.unpack_from("Q", info, _TCPI_BYTES_RECEIVED)[0]
 
 
 def ranged_read(
