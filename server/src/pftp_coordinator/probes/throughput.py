@@ -132,13 +132,14 @@ class ThroughputResult:
     waited: tuple[bool | None, ...] = field(default=(), repr=False, compare=False)
     rtt_s: float | None = None  # the path's round trip as the read saw it, if known
     # (time.perf_counter(), bytes the kernel had received) after each receive, where
-    # TCP_INFO says (_Reading.wire); the rate's own series then (rate_samples)
+    # TCP_INFO says, up to the one that found the whole read in (_Reading.result);
+    # empty, or at least three: the rate's own series then (rate_samples)
     wire: tuple[tuple[float, int], ...] = field(default=(), repr=False, compare=False)
 
     @property
     def rate_samples(self) -> tuple[tuple[float, int], ...]:
         """The series a rate is read from: the kernel's byte counts when known."""
-        return self.wire if len(self.wire) >= 3 else self.samples
+        return self.wire or self.samples
 
 
 class ProbeError(Exception):
@@ -210,15 +211,15 @@ def steady_rate_bps(samples: Sequence[tuple[float, int]], rtt_s: float | None) -
     start = t_end - window
     gaps = [samples[j + 1][0] - samples[j][0] for j in range(len(samples) - 1)]
     long_gap = max(HICCUP_MIN_S, HICCUP_FACTOR * statistics.median(gaps))
+    long_gaps = [j for j, g in enumerate(gaps) if g >= long_gap]
     hiccup: int | None = None  # the earliest gap the window was taken back to
-    for j in range(len(gaps) - 1, -1, -1):
-        if gaps[j] >= long_gap and samples[j + 1][0] + HICCUP_CATCHUP * gaps[j] > start:
+    for j in reversed(long_gaps):
+        if samples[j + 1][0] + HICCUP_CATCHUP * gaps[j] > start:
             start, hiccup = min(start, samples[j][0]), j
     i = max(0, bisect.bisect_right(samples, (start, math.inf)) - 1)
     rate = (samples[-1][1] - samples[i][1]) * 8 / (t_end - samples[i][0])
     if hiccup is None:
         return rate
-    long_gaps = [j for j, g in enumerate(gaps) if g >= long_gap]
     last = long_gaps[-1]
     if len(long_gaps) >= 2 and last > i and samples[last][0] - samples[i][0] >= window / 2:
         # (several gaps, a pacing server's sleeps say: from one gap's start to the
