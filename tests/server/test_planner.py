@@ -283,3 +283,37 @@ def test_connections_come_from_the_probe_and_default_to_one():
     body = AssignmentResponse.model_validate_json(fast.body)
     assert body.model_dump(exclude={"request_id"}) == model.model_dump(exclude={"request_id"})
     assert {a.mirror: a.connections for a in body.assignments}["m2"] == 3
+
+
+def test_a_far_fast_mirror_is_advised_connections_for_its_slow_start():
+    from pftp_coordinator.portions import finish_together_weights, start_delay_s
+
+    # m1: 50 Mbit/s at 250 ms (one connection would ramp ~1.4 s); m2: 6 Mbit/s next
+    # door; m3 far but held per connection (its probe: 3 together).
+    mirrors = [mirror(1, mbps=50, rtt_s=0.25), mirror(2, mbps=6, rtt_s=0.04),
+               mirror(3, mbps=30, rtt_s=0.25, connections=3)]
+    snap = snapshot(mirrors, size=64 * MIB)
+    resp = plan(snap, bw=int(1e9), protocols=("ftp",))
+    by = {a.mirror: a for a in resp.assignments}
+    assert by["m1"].connections == 4 and by["m2"].connections == 1
+    assert by["m3"].connections == 4  # the more of the two reasons
+    # the portions count the shorter ramp: they finish together with 4 connections
+    order = [by[n] for n in ("m1", "m2", "m3")]
+    rates = [a.expected_bps for a in order]
+    rtts = [0.25, 0.04, 0.25]
+    starts = [start_delay_s(r, t, 5, a.connections)
+              for r, t, a in zip(rates, rtts, order, strict=True)]
+    weights = finish_together_weights(64 * MIB, rates, starts)
+    share = [w / sum(weights) for w in weights]
+    got = [a.length / (64 * MIB) for a in order]
+    assert got == pytest.approx(share, abs=0.02)
+    # a slower access link caps the rate the ramp is for
+    slow = plan(snap, bw=int(8e6), protocols=("ftp",))
+    assert all(a.connections == 1 for a in slow.assignments if a.mirror != "m3")
+    # the operator's setting: 1 turns it off (a held mirror keeps its probe's count)
+    off = plan(snap, bw=int(1e9), protocols=("ftp",), settings=Settings(ramp_max_connections=1))
+    assert {a.mirror: a.connections for a in off.assignments} == {"m1": 1, "m2": 1, "m3": 3}
+    # (with one connection each, the far ones start later: the near one takes more)
+    off_len = {a.mirror: a.length for a in off.assignments}
+    assert off_len["m2"] > by["m2"].length + 100_000  # ~0.3 s of its 6 Mbit/s
+    assert off_len["m1"] + off_len["m3"] < by["m1"].length + by["m3"].length

@@ -164,3 +164,29 @@ def test_an_http_mirror_starts_two_round_trips_sooner_than_an_ftp_one():
     ftp = start_delay_s(40e6, 0.08, setup_round_trips("ftp://m/"))
     http = start_delay_s(40e6, 0.08, setup_round_trips("http://m/"))
     assert ftp - http == pytest.approx(2 * 0.08)
+
+
+def test_connections_opened_together_cut_a_long_slow_start():
+    from pftp_coordinator.portions import start_delay_s
+    from pftp_wire.tcp_model import RAMP_WORTH_S, ramp_connections, slow_start_s
+
+    rate, rtt = 50.9e6 / 8, 0.25  # a far fast mirror: one connection ramps ~1.45 s
+    one = slow_start_s(rate, rtt)
+    assert one == pytest.approx(1.45, abs=0.01)
+    # k connections begin with k initial windows: log2(k) round trips sooner
+    assert slow_start_s(rate, rtt, 4) == pytest.approx(one - 2 * rtt)
+    assert slow_start_s(rate, rtt, 4) == slow_start_s(rate / 4, rtt)
+    assert start_delay_s(50.9e6, rtt, 5, 4) == pytest.approx(start_delay_s(50.9e6, rtt) - 2 * rtt)
+    # doubled while the ramp left is worth it; at most four for the ramp
+    assert ramp_connections(rate, rtt) == 4
+    assert ramp_connections(rate, rtt, max_connections=2) == 2
+    assert ramp_connections(rate, rtt, max_connections=1) == 1
+    assert ramp_connections(40e6 / 8, 0.08) == 1  # 0.3 s of slow start: not worth it
+    assert slow_start_s(40e6 / 8, 0.08) < RAMP_WORTH_S
+    assert ramp_connections(100e6 / 8, 0.001) == 1  # a LAN
+    assert ramp_connections(20e6 / 8, 0.16) == 1  # 0.61 s: below what is worth it
+    assert ramp_connections(32.3e6 / 8, 0.25) == 4  # 1.28 s with one, 1.03 s with two
+    assert ramp_connections(23.2e6 / 8, 0.25) == 2  # 1.16 s with one, 0.91 s with two
+    for unknown in (None, 0.0, -1.0, float("nan")):
+        assert ramp_connections(unknown, rtt) == 1
+        assert ramp_connections(rate, unknown) == 1

@@ -1454,8 +1454,9 @@ class DownloadEngine:
             for part in parts:
                 self._start_stream(
                     parent, part,
-                    f"the coordinator found each connection to {name} held below its "
-                    f"path's rate: {len(parts) + 1} at once; takes {part.total()} bytes",
+                    f"the coordinator advised {len(parts) + 1} connections to {name} at "
+                    "once (each held below its path's rate, or a long slow start); "
+                    f"takes {part.total()} bytes",
                     after_parent=True,
                 )
 

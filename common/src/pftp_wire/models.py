@@ -57,7 +57,8 @@ class Assignment(_Wire):
     expected_bps: float | None = None
     # Connections to open to this mirror at once: >1 when the coordinator's probe
     # found each connection held below the path's rate (a per-connection limit)
-    # and that many together carried expected_bps.
+    # and that many together carried expected_bps, or when one connection's slow
+    # start would be long (a far fast path: pftp_wire.tcp_model.ramp_connections).
     connections: int = Field(default=1, ge=1, le=64)
     # Per-variable suitability S_k of this mirror (why it was chosen).
     explain: dict[str, float] = Field(default_factory=dict)

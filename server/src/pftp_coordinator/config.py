@@ -119,6 +119,11 @@ class Settings(BaseSettings):
     # 1 MB/s behind a 50 Mbit/s link was told 4, which carried 31 Mbit/s, and its
     # clients found the rest a second later with a trial of their own).
     probe_max_connections: int = Field(default=8, ge=1, le=64)
+    # A far fast mirror (one connection's slow start at least ~1 s: 50 Mbit/s at
+    # 250 ms) is advised up to this many connections at once, which ramp together
+    # log2(n) round trips sooner (pftp_wire.tcp_model.ramp_connections); 1 turns
+    # that off.
+    ramp_max_connections: int = Field(default=4, ge=1, le=16)
     scan_interval_s: float = Field(default=3600.0, gt=0)
     predictor_refit_interval_s: float = Field(default=600.0, gt=0)
     retention_interval_s: float = Field(default=3600.0, gt=0)

@@ -20,6 +20,7 @@ from functools import lru_cache
 from urllib.parse import quote
 
 from pftp_wire.models import AssignmentRequest, AssignmentResponse
+from pftp_wire.tcp_model import ramp_connections
 from pydantic_core import to_json
 
 from pftp_coordinator.active_downloads import expected_seconds
@@ -205,12 +206,31 @@ def _plan(
     table = ranking_table(snapshot, settings, now=now)
     # (slow start ramps to what the client can take: a mirror's rate capped at the link)
     cap = request.access_bandwidth_bps or math.inf
+    usable = _usable_mirrors(snapshot, table)
+    opened: dict[int, int] = {}
+
+    def connections(r: MirrorRank) -> int:
+        # What the client opens to the mirror at once: its held-connection count
+        # (_connections), or more where one connection's slow start would be long
+        # (a far fast path: tcp_model.ramp_connections). Wire range 1..64.
+        k = opened.get(r.key)
+        if k is None:
+            held = usable[r.key][3] if r.key in usable else 1
+            ramp = 1
+            if r.key in table.row_of:
+                ramp = ramp_connections(min(r.expected_bps or 0.0, cap) / 8,
+                                        table.rtt_s[table.row_of[r.key]],
+                                        settings.ramp_max_connections)
+            k = opened[r.key] = min(64, max(held, ramp))
+        return k
 
     def starts(ranks: Sequence[MirrorRank]) -> dict[int, float]:
-        # (by the protocol the client will use there: HTTP's first byte comes sooner)
+        # (by the protocol the client will use there: HTTP's first byte comes
+        # sooner; over the connections it opens at once: a shorter slow start)
         return {
             r.key: start_delay_s(min(r.expected_bps or 0.0, cap), table.rtt_s[table.row_of[r.key]],
-                                 setup_round_trips(cand.where.get(r.key, ("",))[0]))
+                                 setup_round_trips(cand.where.get(r.key, ("",))[0]),
+                                 connections(r))
             for r in ranks if r.key in table.row_of
         }
 
@@ -250,7 +270,6 @@ def _plan(
     dropped: list[MirrorRank] = [r for i, r in enumerate(chosen) if i not in kept]
     backups = (dropped + sel.backups)[: settings.backup_count]
 
-    usable = _usable_mirrors(snapshot, table)
     where = cand.where
 
     def entry(r: MirrorRank) -> dict:
@@ -260,7 +279,7 @@ def _plan(
             "url": replica_url(*where[r.key]),
             "suitability": r.suitability,
             "expected_bps": r.expected_bps,
-            "connections": u[3],
+            "connections": connections(r),
             "explain": ranked.explain(r.key),
         }
 

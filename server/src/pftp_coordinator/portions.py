@@ -49,14 +49,15 @@ def setup_round_trips(url: str) -> int:
 
 
 def start_delay_s(
-    rate_bps: float, rtt_s: float | None, round_trips: int = SETUP_ROUND_TRIPS
+    rate_bps: float, rtt_s: float | None, round_trips: int = SETUP_ROUND_TRIPS,
+    connections: int = 1,
 ) -> float:
     """Seconds a mirror at ``rtt_s`` starts behind one next door: its set-up
-    ``round_trips`` (setup_round_trips), then slow start (pftp_wire.tcp_model,
-    which the client's steals use too)."""
+    ``round_trips`` (setup_round_trips), then slow start over ``connections``
+    opened together (pftp_wire.tcp_model, which the client's steals use too)."""
     if not rtt_s or rtt_s <= 0:
         return 0.0
-    return round_trips * rtt_s + slow_start_s(rate_bps / 8, rtt_s)
+    return round_trips * rtt_s + slow_start_s(rate_bps / 8, rtt_s, connections)
 
 
 def finish_together_weights(
