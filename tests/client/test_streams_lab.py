@@ -1005,7 +1005,7 @@ def test_the_coordinator_advises_connections_to_a_mirror_that_limits_each(
     summary = json.loads(stdout)
     assert summary["sha256_verified"] and summary["sha256"] == digest
     advised = [e for e in summary["events"]
-               if e["kind"] == "stream" and "coordinator found" in e["detail"]]
+               if e["kind"] == "stream" and "coordinator advised" in e["detail"]]
     print(summary["seconds"], [(e["mirror"], e["at_s"]) for e in advised])
     assert advised and {e["mirror"] for e in advised} == {"held"}
     assert all(e["at_s"] < 0.5 for e in advised)

@@ -2247,8 +2247,8 @@ class DownloadEngine:
                 # (its rate so far: what the trial's gain is judged against)
                 f.round_Bps = f.stats.received / max(now - f.first_data, 1e-3)
                 looked.append((f, 2.0, "advised",
-                               "the coordinator found each connection to it held below "
-                               "its path's rate"))
+                               f"the coordinator advised {f.mirror.connections} "
+                               "connections to it"))
                 continue
             times, sizes = self._arrivals(f)
             starts = [since for since in self._early_starts(f)

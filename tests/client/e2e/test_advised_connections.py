@@ -1,5 +1,6 @@
 """Connections the coordinator advises (Assignment.connections: its probe found each
-connection to a mirror held below the path's rate): the client opens them with the
+connection to a mirror held below the path's rate, or a far fast path's slow start
+is long): the client opens them with the
 mirror's first, each on a part of the mirror's portion. Real FTP mirrors (pyftpdlib,
 one throttled per connection) and a canned coordinator answer."""
 
@@ -16,7 +17,7 @@ MIB = 1 << 20
 
 def _advised(summary, mirror: str) -> list[str]:
     return [e.detail for e in summary.events
-            if e.kind == "stream" and e.mirror == mirror and "coordinator found" in e.detail]
+            if e.kind == "stream" and e.mirror == mirror and "coordinator advised" in e.detail]
 
 
 def _get(tmp_path: Path, coord: str, **kw) -> object:
@@ -47,7 +48,7 @@ def test_a_mirror_advised_three_connections_opens_them_at_once(
     assert s.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
     advised = _advised(s, "m0")
     assert len(advised) == 2, [e.detail for e in s.events]
-    assert all("3 at once" in d for d in advised)
+    assert all("advised 3 connections to m0 at once" in d for d in advised)
     # with the first connection, before any monitor round could have asked for them
     assert all(e.at_s < 0.5 for e in s.events if e.detail in advised)
     assert _advised(s, "m1") == []

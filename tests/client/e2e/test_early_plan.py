@@ -242,7 +242,7 @@ def test_advised_connections_start_early_too_each_taken_by_its_own(
     assert sorted(f._head.offset for f in heads) == [*starts, m1_at]
     s = _cli_download("f.bin", coord.url, tmp_path / "f.bin")
     assert s.sha256_verified and (tmp_path / "f.bin").read_bytes() == data
-    advised = [e for e in s.events if e.kind == "stream" and "coordinator found" in e.detail]
+    advised = [e for e in s.events if e.kind == "stream" and "coordinator advised" in e.detail]
     assert len(advised) == 2
     assert all(f.head_history is not None for f in heads)  # each transfer was taken over
     # nothing fetched twice but the end's race (a starved connection's last piece
