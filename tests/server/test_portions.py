@@ -190,3 +190,14 @@ def test_connections_opened_together_cut_a_long_slow_start():
     for unknown in (None, 0.0, -1.0, float("nan")):
         assert ramp_connections(unknown, rtt) == 1
         assert ramp_connections(rate, unknown) == 1
+
+
+def test_a_mirror_opens_the_more_of_its_held_and_its_ramp_connections():
+    from pftp_coordinator.portions import opening, start_delay_s
+
+    far = (50.9e6, 0.25, 5)
+    assert opening(*far) == (1, start_delay_s(*far))  # no ramp asked for
+    assert opening(*far, held=1, ramp_max=4) == (4, pytest.approx(start_delay_s(*far, 4)))
+    assert opening(*far, held=8, ramp_max=4) == (8, pytest.approx(start_delay_s(*far, 8)))
+    assert opening(40e6, 0.08, 5, held=1, ramp_max=4) == (1, start_delay_s(40e6, 0.08))
+    assert opening(40e6, None, 5, held=3, ramp_max=4) == (3, 0.0)

@@ -48,7 +48,15 @@ def ramp_connections(
     ``rtt_s`` so that its slow start is short (GridFTP's parallel streams on long
     fat paths): doubled while the slow start left is at least RAMP_WORTH_S, up to
     ``max_connections``. 1 on short or slow paths."""
-    k = 1
-    while 2 * k <= max_connections and slow_start_s(rate, rtt_s, k) >= RAMP_WORTH_S:
+    return ramp(rate, rtt_s, max_connections)[0]
+
+
+def ramp(rate: float | None, rtt_s: float | None, max_connections: int) -> tuple[int, float]:
+    """(ramp_connections, slow_start_s over that many at once): one slow-start
+    evaluation for a path that needs no more (the coordinator's planner asks this
+    of every ranked mirror on every request)."""
+    k, left = 1, slow_start_s(rate, rtt_s)
+    while 2 * k <= max_connections and left >= RAMP_WORTH_S:
         k *= 2
-    return k
+        left = slow_start_s(rate, rtt_s, k)
+    return k, left

@@ -20,15 +20,14 @@ from functools import lru_cache
 from urllib.parse import quote
 
 from pftp_wire.models import AssignmentRequest, AssignmentResponse
-from pftp_wire.tcp_model import ramp_connections
 from pydantic_core import to_json
 
 from pftp_coordinator.active_downloads import expected_seconds
 from pftp_coordinator.portions import (
     finish_together_weights,
+    opening,
     setup_round_trips,
     split_portions,
-    start_delay_s,
 )
 from pftp_coordinator.ranking import (
     MirrorMetrics,
@@ -204,35 +203,28 @@ def _plan(
 
     ranked = cand.ranked
     table = ranking_table(snapshot, settings, now=now)
-    # (slow start ramps to what the client can take: a mirror's rate capped at the link)
     cap = request.access_bandwidth_bps or math.inf
     usable = _usable_mirrors(snapshot, table)
-    opened: dict[int, int] = {}
+    opened: dict[int, tuple[int, float]] = {}
 
-    def connections(r: MirrorRank) -> int:
-        # What the client opens to the mirror at once: its held-connection count
-        # (_connections), or more where one connection's slow start would be long
-        # (a far fast path: tcp_model.ramp_connections). Wire range 1..64.
-        k = opened.get(r.key)
-        if k is None:
-            held = usable[r.key][3] if r.key in usable else 1
-            ramp = 1
-            if r.key in table.row_of:
-                ramp = ramp_connections(min(r.expected_bps or 0.0, cap) / 8,
-                                        table.rtt_s[table.row_of[r.key]],
-                                        settings.ramp_max_connections)
-            k = opened[r.key] = min(64, max(held, ramp))
-        return k
+    def opening_of(r: MirrorRank) -> tuple[int, float]:
+        # (connections, start delay): what the client opens to the mirror at once,
+        # its held-connection count (_connections) or more where one connection's
+        # slow start would be long (a far fast path), and how late it starts over
+        # them. The ramp is to what the client can take: the rate capped at the
+        # link; by the protocol the client will use there (HTTP's first byte
+        # comes sooner).
+        got = opened.get(r.key)
+        if got is None:
+            row = table.row_of.get(r.key)
+            got = opened[r.key] = opening(
+                min(r.expected_bps or 0.0, cap), None if row is None else table.rtt_s[row],
+                setup_round_trips(cand.where.get(r.key, ("",))[0]),
+                usable[r.key][3] if r.key in usable else 1, settings.ramp_max_connections)
+        return got
 
     def starts(ranks: Sequence[MirrorRank]) -> dict[int, float]:
-        # (by the protocol the client will use there: HTTP's first byte comes
-        # sooner; over the connections it opens at once: a shorter slow start)
-        return {
-            r.key: start_delay_s(min(r.expected_bps or 0.0, cap), table.rtt_s[table.row_of[r.key]],
-                                 setup_round_trips(cand.where.get(r.key, ("",))[0]),
-                                 connections(r))
-            for r in ranks if r.key in table.row_of
-        }
+        return {r.key: opening_of(r)[1] for r in ranks if r.key in table.row_of}
 
     # (selection uses them only when the access bandwidth is known: then for all)
     delays = starts(ranked.ranks) if request.access_bandwidth_bps else {}
@@ -279,7 +271,7 @@ def _plan(
             "url": replica_url(*where[r.key]),
             "suitability": r.suitability,
             "expected_bps": r.expected_bps,
-            "connections": connections(r),
+            "connections": opening_of(r)[0],
             "explain": ranked.explain(r.key),
         }
 

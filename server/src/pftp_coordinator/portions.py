@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pftp_wire.tcp_model import slow_start_s
+from pftp_wire.tcp_model import ramp, slow_start_s
 
 # Round trips a mirror starts behind one next door, before its slow start: the
 # client's first byte from an FTP mirror comes 4 round trips after its connect
@@ -55,9 +55,22 @@ def start_delay_s(
     """Seconds a mirror at ``rtt_s`` starts behind one next door: its set-up
     ``round_trips`` (setup_round_trips), then slow start over ``connections``
     opened together (pftp_wire.tcp_model, which the client's steals use too)."""
+    return opening(rate_bps, rtt_s, round_trips, connections)[1]
+
+
+def opening(
+    rate_bps: float, rtt_s: float | None, round_trips: int = SETUP_ROUND_TRIPS,
+    held: int = 1, ramp_max: int = 1,
+) -> tuple[int, float]:
+    """(connections, start_delay_s over them) for a mirror at ``rate_bps`` over
+    ``rtt_s``: the ``held`` count its probe or its clients found, or more for a long
+    slow start (tcp_model.ramp_connections, up to ``ramp_max``), whichever is more."""
     if not rtt_s or rtt_s <= 0:
-        return 0.0
-    return round_trips * rtt_s + slow_start_s(rate_bps / 8, rtt_s, connections)
+        return max(1, held), 0.0
+    k, ramp_s = ramp(rate_bps / 8, rtt_s, ramp_max)
+    if held > k:
+        k, ramp_s = held, slow_start_s(rate_bps / 8, rtt_s, held)
+    return k, round_trips * rtt_s + ramp_s
 
 
 def finish_together_weights(
