@@ -73,3 +73,17 @@ def until_quiet(sink: Collector, quiet_s: float = 0.5) -> int:
         if len(sink.data) != seen:
             seen, quiet_since = len(sink.data), time.monotonic()
     return seen
+
+
+def nginx_requests(server, at_least: int = 0, wait_s: float = 5.0) -> list[tuple[str, str, str]]:
+    """nginx's access log: (connection number, method, Range header) per request.
+    nginx writes a request's line when the request ends, and a GET the client cut
+    short ends only once nginx sees the close: so wait up to ``wait_s`` for
+    ``at_least`` lines (a loaded machine, CI: the line came after the assertion)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        log = server.access_log
+        lines = log.read_text().splitlines() if log.exists() else []
+        if len(lines) >= at_least or time.monotonic() >= deadline:
+            return [(f[0], f[2], f[3]) for f in (line.split() for line in lines)]
+        time.sleep(0.02)

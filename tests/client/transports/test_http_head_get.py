@@ -18,13 +18,7 @@ from pftp_client.transports.http import HttpFetcher
 from pftp_client.transports.http_head import HeadGet, HeadUnusable, usable
 from pftp_client.transports.window import smoothed_rtt
 
-from .helpers import Collector
-
-
-def _requests(server) -> list[tuple[str, str, str]]:
-    """nginx's log: (connection number, method, Range header) per request."""
-    lines = server.access_log.read_text().splitlines() if server.access_log.exists() else []
-    return [(f[0], f[2], f[3]) for f in (line.split() for line in lines)]
+from .helpers import Collector, nginx_requests
 
 
 def _taken_over(head: HeadGet, url: str, at: int, end: int) -> bytes:
@@ -46,7 +40,7 @@ def test_one_get_gives_the_size_and_the_bytes(nginx_server, at) -> None:
     head = HeadGet(url, at, timeout=20.0)
     assert _taken_over(head, url, at, len(data)) == data[at:]
     assert head.total == len(data)
-    assert [(m, r) for _c, m, r in _requests(nginx_server)] == [("GET", f"bytes={at}-")]
+    assert [(m, r) for _c, m, r in nginx_requests(nginx_server, 1)] == [("GET", f"bytes={at}-")]
 
 
 def test_a_followers_size_from_the_leader_saves_its_head(nginx_server) -> None:
@@ -64,13 +58,14 @@ def test_a_followers_size_from_the_leader_saves_its_head(nginx_server) -> None:
     head = HeadGet(url, None, timeout=20.0, offset_for=offset_for, size_hint=lambda _w: len(data))
     assert _taken_over(head, url, len(data) // 3, len(data)) == data[len(data) // 3 :]
     assert offsets == [len(data)]
-    assert [(m, r) for _c, m, r in _requests(nginx_server)] == [("GET", f"bytes={len(data) // 3}-")]
+    log = nginx_requests(nginx_server, 1)
+    assert [(m, r) for _c, m, r in log] == [("GET", f"bytes={len(data) // 3}-")]
 
     nginx_server.access_log.write_text("")
     head = HeadGet(url, None, timeout=20.0, offset_for=offset_for, size_hint=lambda _w: None)
     third, half = len(data) // 3, len(data) // 2
     assert _taken_over(head, url, third, half) == data[third:half]
-    log = _requests(nginx_server)
+    log = nginx_requests(nginx_server, 2)
     assert [(m, r) for _c, m, r in log] == [("HEAD", "-"), ("GET", f"bytes={len(data) // 3}-")]
     assert log[0][0] == log[1][0]  # one connection
 
@@ -99,7 +94,7 @@ def test_a_follower_waits_for_the_leaders_size_a_little_not_for_ever(nginx_serve
                    size_hint=leaders_size, hint_wait_s=5.0)
     assert _taken_over(head, url, third, len(data)) == data[third:]
     assert waits == [5.0]
-    assert [(m, r) for _c, m, r in _requests(nginx_server)] == [("GET", f"bytes={third}-")]
+    assert [(m, r) for _c, m, r in nginx_requests(nginx_server, 1)] == [("GET", f"bytes={third}-")]
 
     nginx_server.access_log.write_text("")
     answered.clear()
@@ -108,7 +103,7 @@ def test_a_follower_waits_for_the_leaders_size_a_little_not_for_ever(nginx_serve
                    size_hint=leaders_size, hint_wait_s=0.3)
     assert _taken_over(head, url, third, len(data)) == data[third:]
     assert 0.3 <= time.monotonic() - begun < 5.0
-    assert [(m, r) for _c, m, r in _requests(nginx_server)] == [("HEAD", "-"),
+    assert [(m, r) for _c, m, r in nginx_requests(nginx_server, 2)] == [("HEAD", "-"),
                                                               ("GET", f"bytes={third}-")]
     # by default the wait is half the handshake's round trip (loopback: ~0)
     waits.clear()
@@ -127,7 +122,7 @@ def test_the_size_alone(nginx_server) -> None:
     with HttpFetcher(nginx_server.url("f.bin"), timeout=20.0) as f:
         f.adopt_head(head)
         assert f.size() == len(data)
-    assert [m for _c, m, _r in _requests(nginx_server)] == ["HEAD"]
+    assert [m for _c, m, _r in nginx_requests(nginx_server, 1)] == ["HEAD"]
 
 
 def test_a_wrong_size_hint_is_caught_by_the_answer(nginx_server) -> None:
@@ -255,7 +250,7 @@ def test_https_with_the_trust_an_http_fetcher_has(start_nginx, monkeypatch) -> N
     assert head.sock is not None and head.sock.fileno() >= 0
     assert smoothed_rtt(head.sock) is not None
     assert _taken_over(head, url, 1234, len(data)) == data[1234:]
-    assert [(m, r) for _c, m, r in _requests(server)] == [("GET", "bytes=1234-")]
+    assert [(m, r) for _c, m, r in nginx_requests(server, 1)] == [("GET", "bytes=1234-")]
 
     monkeypatch.setattr(http_head, "_tls", None)
     monkeypatch.delenv("SSL_CERT_FILE")

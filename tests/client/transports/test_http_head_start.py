@@ -17,7 +17,7 @@ from pftp_client import early
 from pftp_client.transports.base import RangeEnd, RangeNotHonoured
 from pftp_client.transports.http import HttpFetcher
 
-from .helpers import Collector
+from .helpers import Collector, nginx_requests
 
 
 @pytest.fixture
@@ -28,11 +28,6 @@ def clean_early(monkeypatch, tmp_path: Path):
     yield
     early.discard_all()
 
-
-def _requests(server) -> list[tuple[str, str, str]]:
-    """nginx's log: (connection number, method, Range header) per request."""
-    lines = server.access_log.read_text().splitlines() if server.access_log.exists() else []
-    return [(f[0], f[2], f[3]) for f in (line.split() for line in lines)]
 
 
 def test_a_head_start_answers_the_size_and_is_taken_over(nginx_server) -> None:
@@ -47,7 +42,7 @@ def test_a_head_start_answers_the_size_and_is_taken_over(nginx_server) -> None:
         assert bytes(sink.data) == data[:1_500_000]
         assert f.overlapped == 0  # a head start is not a range begun ahead
         assert f.head_progress() is None  # taken over
-    requests = _requests(nginx_server)
+    requests = nginx_requests(nginx_server, 1)
     assert [(m, r) for _c, m, r in requests] == [("GET", "bytes=0-")]
 
 
@@ -117,10 +112,10 @@ def test_an_even_start_over_http_starts_every_mirror_at_its_block(
                        sha256=hashlib.sha256(data).hexdigest(), congestion="off")
     assert summary.sha256_verified and out.read_bytes() == data
     assert summary.duplicate_bytes == 0
-    heads = [m for _c, m, _r in _requests(servers[0]) if m == "HEAD"]
+    heads = [m for _c, m, _r in nginx_requests(servers[0]) if m == "HEAD"]
     assert not heads  # the first mirror's size came with its data
     for server, offset in zip(servers, offsets, strict=True):
-        ranges = [r for _c, m, r in _requests(server) if m == "GET"]
+        ranges = [r for _c, m, r in nginx_requests(server, 1) if m == "GET"]
         head = f"bytes={offset}-"
         assert ranges.count(head) == 1
         assert not [r for r in ranges if r.startswith(head) and r != head]  # not asked again
@@ -146,7 +141,7 @@ def test_a_coordinators_http_portions_start_without_a_head(start_nginx, clean_ea
         fetcher.close()
     for server in (first, second):
         at = starts[server.url("f.bin")]
-        assert [(m, r) for _c, m, r in _requests(server)] == [("GET", f"bytes={at}-")]
+        assert [(m, r) for _c, m, r in nginx_requests(server, 1)] == [("GET", f"bytes={at}-")]
 
 
 def test_a_first_http_mirror_falls_short_before_its_probe_has_ended(start_nginx) -> None:
