@@ -84,6 +84,23 @@ def test_victim_is_the_lane_that_finishes_last():
     assert choose_victim([LaneView(1, 5, 5, 1.0)]) is None
 
 
+def test_a_connection_on_trial_is_taken_from_only_when_no_other_lane_gives():
+    # the trial's new connection in its ramp: slow, so it would finish last
+    trial = LaneView(1, reserved=20 * MIB, end=23 * MIB, rate=0.1 * MIB, owner="m1#2",
+                     on_trial=True)
+    other = LaneView(2, reserved=0, end=8 * MIB, rate=0.5 * MIB, owner="m0")
+    kw = dict(thief_rate=1.2 * MIB, thief_latency_s=0.5, grid=GRID, duplicate_budget_left=0)
+    move = plan_tail_move([trial, other], **kw)
+    assert isinstance(move, Steal) and move.lane_id == 2
+    # not on trial, the same lane is the victim
+    plain = LaneView(1, reserved=20 * MIB, end=23 * MIB, rate=0.1 * MIB, owner="m1#2")
+    assert plan_tail_move([plain, other], **kw).lane_id == 1
+    # nothing else worth a steal: the trial's lane is split after all
+    done = LaneView(2, reserved=8 * MIB, end=8 * MIB, rate=0.5 * MIB, owner="m0")
+    move = plan_tail_move([trial, done], **kw)
+    assert isinstance(move, Steal) and move.lane_id == 1 and 20 * MIB < move.split < 23 * MIB
+
+
 def test_no_steal_below_one_piece_then_bounded_duplicate():
     small = LaneView(1, reserved=999 * MIB + 10, end=1000 * MIB, rate=1000.0)
     # the remainder is inside the last piece: nothing to split

@@ -150,6 +150,21 @@ def test_steady_state(share, rounds_before, verdict, rounds_after):
     assert (why != "") == (verdict != "wait")
 
 
+def test_a_leader_found_full_that_does_not_fill_the_link_lets_the_others_in():
+    # 71 % of the link since the verdict (a lucky 0.3 s window said full): over a
+    # whole look the standbys join, whatever the 2 s aggregate's rounds say
+    look = S.steady_look_s
+    v, n, why = judge_steady(0.71 * ACCESS_4M, ACCESS_4M, 0, S,
+                             since_full=(look, int(0.71 * ACCESS_4M * look)))
+    assert v == "fell" and "since it was found full" in why and n == 0
+    # not before the look is over
+    assert judge_steady(0.71 * ACCESS_4M, ACCESS_4M, 0, S,
+                        since_full=(look - 0.5, int(0.71 * ACCESS_4M * (look - 0.5))))[0] == "wait"
+    # a full link's goodput (0.9 of its rate) with one loss recovery in the look
+    got = int(0.9 * ACCESS_4M * (look - 0.4))
+    assert judge_steady(0.85 * ACCESS_4M, ACCESS_4M, 0, S, since_full=(look, got))[0] == "wait"
+
+
 def test_steady_state_without_a_measured_aggregate_waits():
     assert judge_steady(None, ACCESS_4M, 1, S) == ("wait", 1, "")
 

@@ -37,6 +37,7 @@ from pftp_client.streams import (
     scales,
     steady,
     streams_to_add,
+    trial_cuts,
     without_crumbs,
 )
 from pftp_client.summary import MirrorStats
@@ -518,6 +519,17 @@ def test_how_many_connections_to_try_at_once() -> None:
     assert streams_to_add(0.9, 4, 4) == 0
     assert streams_to_add(None, 1, 8, burst=True) == 7  # whole bursts at once: the limit
     assert streams_to_add(None, 6, 8, burst=True) == 2
+
+
+def test_a_flow_keeps_what_it_fetches_while_its_trial_starts() -> None:
+    # no lead (a LAN): even parts, as before
+    assert trial_cuts(0, 900, 2, 0) == [300, 600]
+    # 1.2 MB/s over a new connection's 1.8 s start (250 ms): the flow keeps that
+    # and a third of the rest, each new connection a third of the rest
+    cuts = trial_cuts(1000, 6_000_000, 2, 2_160_000)
+    assert cuts == [1000 + 2_160_000 + 1_280_000, 1000 + 2_160_000 + 2_560_000]
+    # a lead of at most half, whatever the start costs: the trial keeps a quarter
+    assert trial_cuts(0, 1000, 1, 10_000) == [750]
 
 
 def test_the_gain_asked_for_shrinks_as_connections_add_less() -> None:

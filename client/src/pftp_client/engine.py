@@ -83,6 +83,7 @@ from pftp_client.streams import (
     scales,
     steady,
     streams_to_add,
+    trial_cuts,
     without_crumbs,
 )
 from pftp_client.summary import EventKind, MirrorEvent, MirrorStats
@@ -135,6 +136,10 @@ class EngineAborted(Exception):
 # budget counts from the download's first connects, and may be spent before the
 # engine starts): its thread taking its connection, and a head start's arrivals.
 _LEADER_TAKES_S = 0.05
+# Round trips a new connection takes before its first request over a switch on an
+# open one: the connect, and the greeting with the pipelined login's replies (FTP;
+# an HTTP connect is one, a TLS handshake another).
+NEW_CONNECTION_ROUND_TRIPS = 2
 
 
 @dataclass
@@ -781,6 +786,7 @@ class DownloadEngine:
         self._lead_head_at: float | None = None  # its head start's request (FtpFetcher)
         self._lead_todo: RangeSet | None = None  # what was left when lead start began
         self._lead_full_at = 0.0
+        self._lead_full_bytes = 0  # all flows' bytes at the "full" verdict
         self._lead_judged_at = -1.0
         self.observers: list[FlowObserver] = [self.timings, *observers]
         self.duplicate_bytes = 0
@@ -1546,6 +1552,7 @@ class DownloadEngine:
         if verdict == "full":
             self._lead_phase = "full"
             self._lead_full_at = now
+            self._lead_full_bytes = self._aggregate.total
             self._lead_samples = []
             self._log(f"{leader.id}: {why}: the others stay in reserve")
         elif verdict == "release":
@@ -2481,9 +2488,9 @@ class DownloadEngine:
         left = lane.owned_end - max(lane.reserved, floor)
         if left < rate * self.cfg.stream_min_left_s:
             return
-        # (the flow keeps a share like each new connection's: the rest in add parts)
         base = max(floor, lane.reserved)
-        cuts = [self.grid.align_up(base + left * i // (add + 1)) for i in range(1, add + 1)]
+        lead = int(rate * self._new_connection_s(f, rate))
+        cuts = [self.grid.align_up(c) for c in trial_cuts(base, left, add, lead)]
         cuts = sorted({c for c in cuts if base < c < lane.owned_end})
         if not cuts:
             return
@@ -3305,11 +3312,14 @@ class DownloadEngine:
         left a 5 Mbit/s one 1.5 s of work past its own end)."""
         now = self._clock()
         shared = self.access_saturated()
+        # (a trial's connection is left to its trial, tail.plan_tail_move, unless
+        # it went dark or was never answered: rate 0)
+        on_trial = {fid for trial in self._stream_trials.values() for fid in trial.streams}
         views = [
             LaneView(
-                ln.id, ln.reserved, ln.owned_end, self._lane_rate(ln, now),
+                ln.id, ln.reserved, ln.owned_end, rate,
                 ln.shadow is not None, floor=self._cut_floor(ln, shared),
-                owner=ln.flow.id,
+                owner=ln.flow.id, on_trial=ln.flow.id in on_trial and rate != 0,
             )
             for ln in self.lanes.values()
             if ln.kind == "normal"
@@ -3317,6 +3327,7 @@ class DownloadEngine:
             and ln.flow is not flow
             and ln.flow.alive
             and not ln.flow.cancel.is_set()
+            for rate in (self._lane_rate(ln, now),)
         ]
         if thief_rate is None:
             thief_rate = flow.rate_estimate(now)
@@ -3480,6 +3491,12 @@ class DownloadEngine:
             rtt, rounds() if rounds is not None else 2, self.cfg.default_latency_s,
         )
         return switch + slow_start_s(rate, rtt)
+
+    def _new_connection_s(self, flow: Flow, rate: float | None) -> float:
+        """Seconds of ``rate`` a new connection to ``flow``'s mirror takes to carry
+        it: a switch's (_switch_cost) and the connect and login before the request,
+        NEW_CONNECTION_ROUND_TRIPS more of its path's round trips."""
+        return self._switch_cost(flow, rate) + NEW_CONNECTION_ROUND_TRIPS * self._path_rtt(flow)
 
     @staticmethod
     def _path_rtt(flow: Flow) -> float:
@@ -3691,11 +3708,20 @@ class DownloadEngine:
         return self._back_off(flow, delay)
 
     def _retire(self, flow: Flow, state: str) -> None:
-        """Stop a flow for good (caller holds the lock); its lane is released by its thread."""
+        """Stop a flow for good (caller holds the lock); its lane is released by its
+        thread, and what the lane had left goes to the pool at once (the sink takes
+        nothing more from a cancelled flow): its thread may wait out a reply timeout
+        first, an ABOR through a path gone dark, while the tail sees no lane of a
+        cancelled flow (lab r41: a closed extra connection's 80 KB, 28 s at the end)."""
         flow.stats.state = state
         flow.cancel.set()
-        if flow.lane is not None:
-            flow.lane.end.lower_to(flow.lane.reserved)
+        lane = flow.lane
+        if lane is not None:
+            lane.end.lower_to(lane.reserved)
+            if (lane.kind == "normal" and lane.shadow is None and not lane.orphan
+                    and lane.owned_end > lane.reserved):
+                self._hand_over(lane, lane.reserved)
+                self._lock.notify_all()
         self._drop_queued(flow)
 
     def _drop_queued(self, flow: Flow) -> None:
@@ -4147,6 +4173,8 @@ class DownloadEngine:
                     verdict, self._lead_low_rounds, why = judge_steady(
                         self._aggregate.rate(now), self.cfg.access_bps / 8,
                         self._lead_low_rounds, self.cfg.lead,
+                        since_full=(now - self._lead_full_at,
+                                    self._aggregate.total - self._lead_full_bytes),
                     )
                     if verdict != "wait":
                         # "above": the leader is fine, the figure was wrong

@@ -61,6 +61,14 @@ class LeadSettings(NamedTuple):
     # aggregate below this share of the link, the standbys join.
     release_below: float = 0.6
     release_rounds: int = 2
+    # Once the link was found full: what all flows carried since that verdict,
+    # over at least steady_look_s, below this share of the link lets the standbys
+    # in. "Full" is read on 0.3 s and may be a lucky stretch (r59: a 2.8 Mbit/s
+    # leader judged full on a 3.9 Mbit/s link, alone to the end at 71 % of it),
+    # and the 2 s aggregate's release_below is for a leader that fell, not one
+    # that never filled the link. A whole look of data smooths one loss recovery.
+    steady_full: float = 0.75
+    steady_look_s: float = 3.0
     # Once the link was full: a leader silent this long (loss recovery backing off)
     # lets the others in at once.
     stall_s: float = 1.0
@@ -256,9 +264,19 @@ def rate_after_recovery(
 
 
 def judge_steady(
-    aggregate_Bps: float | None, access_Bps: float, low_rounds: int, s: LeadSettings
+    aggregate_Bps: float | None, access_Bps: float, low_rounds: int, s: LeadSettings,
+    since_full: tuple[float, int] | None = None,
 ) -> tuple[SteadyVerdict, int, str]:
-    """After the link was found full: (verdict, low rounds so far, why)."""
+    """After the link was found full: (verdict, low rounds so far, why).
+    ``since_full``: (seconds, bytes) all flows carried since that verdict."""
+    if since_full is not None:
+        secs, got = since_full
+        if secs >= s.steady_look_s and got < s.steady_full * access_Bps * secs:
+            return "fell", low_rounds, (
+                f"the flows carried {got * 8 / secs / 1e6:.2f} Mbit/s of a "
+                f"{access_Bps * 8 / 1e6:.2f} Mbit/s access link over the {secs:.1f} s "
+                "since it was found full"
+            )
     if aggregate_Bps is None:
         return "wait", low_rounds, ""
     what = (f"{aggregate_Bps * 8 / 1e6:.2f} Mbit/s on a {access_Bps * 8 / 1e6:.2f} Mbit/s "

@@ -440,6 +440,17 @@ def streams_to_add(idle: float | None, have: int, most: int, burst: bool = False
     return max(1, min(room, more))
 
 
+def trial_cuts(base: int, left: int, add: int, lead: int) -> list[int]:
+    """Where a flow's ``left`` bytes from ``base`` are cut for ``add`` new
+    connections (before rounding to pieces): the flow keeps ``lead`` (what it
+    fetches while they start; at most half) and a share like each of theirs of
+    the rest. Split evenly, the first connection of a mirror 250 ms away ran dry
+    and took its trial's range back before the trial's slow start was over (r41)."""
+    lead = max(0, min(lead, left // 2))
+    rest = left - lead
+    return [base + lead + rest * i // (add + 1) for i in range(1, add + 1)]
+
+
 def needed_gain(connections: int, added: int, gain: float) -> float:
     """The factor by which a mirror's rate must grow for ``added`` connections to
     ``connections`` to be kept: ``gain`` for the second connection, then a share

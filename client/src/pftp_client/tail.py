@@ -67,6 +67,9 @@ class LaneView:
     # The flow fetching it ("" = a flow of its own): a flow's range begun ahead and
     # its running one are two lanes but one rate.
     owner: str = ""
+    # A connection on trial (engine._start_trial): taken from only when no other
+    # lane gives a steal (plan_tail_move).
+    on_trial: bool = False
 
 
 @dataclass(frozen=True)
@@ -250,17 +253,46 @@ def plan_tail_move(
     grid: PieceGrid,
     duplicate_budget_left: int,
 ) -> Steal | Duplicate | None:
-    """Steal from the lane that finishes last; failing that, maybe race its end."""
+    """Steal from the lane that finishes last; failing that, maybe race its end.
+    Lanes of connections on trial are left out while another lane gives a steal:
+    a trial's new connection reads slow in its ramp and so looks like the lane to
+    finish last, and taking its range leaves nothing to judge it by (r41: a 38.4
+    Mbit/s mirror 250 ms away that holds each connection to 9.6; its first
+    connection took 2.4 of its trial's 2.6 MB before the trial's slow start was
+    over, and the trial was judged "no gain")."""
+    if any(v.on_trial for v in lanes):
+        steal = _plan_steal_among(
+            [v for v in lanes if not v.on_trial], lanes, thief_rate, thief_latency_s, grid,
+        )
+        if steal is not None:
+            return steal
+    steal = _plan_steal_among(lanes, lanes, thief_rate, thief_latency_s, grid)
+    if steal is not None:
+        return steal
     victim = choose_victim(lanes)
+    if victim is None:
+        return None
+    if thief_rate is not None:
+        victim = _rated(victim, lanes)
+    return plan_duplicate(victim, thief_rate, thief_latency_s, duplicate_budget_left)
+
+
+def _plan_steal_among(
+    victims: Sequence[LaneView], lanes: Sequence[LaneView], thief_rate: float | None,
+    thief_latency_s: float, grid: PieceGrid,
+) -> Steal | None:
+    """plan_tail_move's steal with the victim one of ``victims``; shares of the work
+    left still count every lane."""
+    victim = choose_victim(victims)
     if victim is None:
         return None
     if thief_rate is not None:
         victim = _rated(victim, lanes)
     share_s = share_until_s(lanes, thief_rate, thief_latency_s)
     steal = _steal_from(lanes, victim, thief_rate, thief_latency_s, grid, share_s)
-    if steal is not None:
-        return _bulkier_steal(lanes, steal, thief_rate, thief_latency_s, grid, share_s)
-    return plan_duplicate(victim, thief_rate, thief_latency_s, duplicate_budget_left)
+    if steal is None:
+        return None
+    return _bulkier_steal(victims, lanes, steal, thief_rate, thief_latency_s, grid, share_s)
 
 
 def _rated(victim: LaneView, lanes: Sequence[LaneView]) -> LaneView:
@@ -285,8 +317,9 @@ def _steal_from(
 
 
 def _bulkier_steal(
-    lanes: Sequence[LaneView], steal: Steal, thief_rate: float | None,
-    thief_latency_s: float, grid: PieceGrid, share_s: float | None,
+    victims: Sequence[LaneView], lanes: Sequence[LaneView], steal: Steal,
+    thief_rate: float | None, thief_latency_s: float, grid: PieceGrid,
+    share_s: float | None,
 ) -> Steal:
     """``steal`` (from the lane that finishes last), or a larger one from another
     lane when ``steal`` is small against what the switch costs the thief (its rate
@@ -301,7 +334,7 @@ def _bulkier_steal(
     if size >= BULK_STEAL * thief_rate * thief_latency_s:
         return steal
     best = steal
-    for v in lanes:
+    for v in victims:
         if v.lane_id == steal.lane_id or v.shadowed or v.end <= v.reserved:
             continue
         v = _rated(v, lanes)
