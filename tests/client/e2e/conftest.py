@@ -4,7 +4,8 @@
   own IOLoop and thread (pyftpdlib's default IOLoop is a process-wide singleton,
   so several servers started the usual way would race on it); per-server options:
   throttle (bytes/s), corrupt (byte ranges to flip), die_after (bytes sent, then the
-  whole server is closed, as if killed mid-transfer).
+  whole server is closed, as if killed mid-transfer), handler_attrs (the control
+  handler's own methods, e.g. an ftp_ABOR that never answers).
 - ``http_mirror(root)``: a real HTTP/1.1 server (stdlib, threaded) with Range support.
 - ``canned_coordinator(status, body)``: a tiny HTTP server answering
   POST /api/v1/assignments with canned JSON and recording POST /api/v1/reports.
@@ -136,6 +137,7 @@ def ftp_mirrors(tmp_path: Path) -> Iterator[Callable[..., list[FtpMirror]]]:
         max_per_ip: dict[int, int] | None = None,
         pace_burst: int = 64 * 1024,
         dtp_for: dict[int, type] | None = None,
+        handler_attrs: dict[int, dict[str, Any]] | None = None,
     ) -> list[FtpMirror]:
         if root is None:
             root = tmp_path / f"ftp-root-{len(loops)}"
@@ -190,6 +192,8 @@ def ftp_mirrors(tmp_path: Path) -> Iterator[Callable[..., list[FtpMirror]]]:
             attrs["dtp_handler"] = dtp
             if corrupt and i in corrupt:
                 attrs["abstracted_fs"] = _corrupting_fs(corrupt[i])
+            if handler_attrs and i in handler_attrs:  # (a test's own commands)
+                attrs.update(handler_attrs[i])
             handler = type("E2EHandler", (FTPHandler,), attrs)
             ioloop = IOLoop()
             server = FTPServer((LOOPBACK, 0), handler, ioloop=ioloop)

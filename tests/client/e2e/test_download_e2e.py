@@ -616,6 +616,33 @@ def test_congestion_hook_drops_flow_and_backup_takes_over(
     assert DownloadReport.model_validate(coord.reports[0]).mirrors[1].congested
 
 
+def test_a_dropped_flows_remainder_is_taken_while_its_abort_waits(
+    tmp_path, ftp_mirrors, canned_coordinator
+):
+    """m1's server never answers ABOR: the dropped flow's thread waits out its abort
+    (10 s), but what its range had left goes to the pool at once, and the backup
+    takes it (before, nobody saw a cancelled flow's lane until its thread let go).
+    Paced mirrors (pyftpdlib's own throttle sends a second's worth at once)."""
+    data = os.urandom(4 * 1024 * 1024 + 1)
+    mute = {"ftp_ABOR": lambda self, line: None}
+    m = ftp_mirrors({"f.bin": data}, 3, pace={0: 1024 * 1024, 1: 256 * 1024, 2: 1024 * 1024},
+                    handler_attrs={1: mute})
+    coord = canned_coordinator(
+        200, _answer(data, [m[0].url("f.bin"), m[1].url("f.bin")], backups=[m[2].url("f.bin")])
+    )
+    factory, made = stand_in(DropAfter, "m1", 128 * 1024)
+    s = download(
+        "f.bin", coordinator=coord.url, output=tmp_path / "f.bin", config=FAST,
+        access_bandwidth_bps=None, detector_factory=factory,
+    )
+    _assert_clean(tmp_path / "f.bin", data)
+    assert made[0].dropped == ["m1"]
+    by = {x.name: x for x in s.mirrors}
+    assert by["m1"].state == "congested" and by["b0"].bytes >= 1024 * 1024
+    # ~2 s (4 MB at 2 MB/s); waiting for m1's thread to let go of its range took 11 s
+    assert s.seconds < 7.0, (s.seconds, s.events)
+
+
 def test_congestion_drop_without_a_backup_keeps_the_flow(tmp_path, ftp_mirrors):
     """By default a flow named by the detector with no backup to take its place keeps
     working: both flows share the link (a flow left alone is slow to grow into a
