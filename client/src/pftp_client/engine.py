@@ -3711,8 +3711,10 @@ class DownloadEngine:
         """Stop a flow for good (caller holds the lock); its lane is released by its
         thread, and what the lane had left goes to the pool at once (the sink takes
         nothing more from a cancelled flow): its thread may wait out a reply timeout
-        first, an ABOR through a path gone dark, while the tail sees no lane of a
-        cancelled flow (lab r41: a closed extra connection's 80 KB, 28 s at the end)."""
+        first (an ABOR its server does not answer, or one through a path gone dark),
+        and the tail sees no lane of a cancelled flow. A mirror mute to ABOR: 11 s
+        against 2 s (e2e); lab r41, once in 7 runs, an extra connection's last 80 KB
+        sat 28 s after a path outage, probably this."""
         flow.stats.state = state
         flow.cancel.set()
         lane = flow.lane
