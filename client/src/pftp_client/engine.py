@@ -3719,11 +3719,12 @@ class DownloadEngine:
         flow.cancel.set()
         lane = flow.lane
         if lane is not None:
-            lane.end.lower_to(lane.reserved)
             if (lane.kind == "normal" and lane.shadow is None and not lane.orphan
                     and lane.owned_end > lane.reserved):
-                self._hand_over(lane, lane.reserved)
+                self._hand_over(lane, lane.reserved)  # (lowers its end too)
                 self._lock.notify_all()
+            else:
+                lane.end.lower_to(lane.reserved)
         self._drop_queued(flow)
 
     def _drop_queued(self, flow: Flow) -> None:
