@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -136,4 +137,47 @@ def test_on_a_long_fat_path_the_next_range_begins_while_the_first_still_ramps(
     assert far["ahead_s"] >= 3 * rtt
     assert "slow" not in far["events"]  # not for its second range's ramp either
     assert far["bytes"] > size // 2
+    assert summary["duplicate_bytes"] <= 0.01 * size
+
+
+def test_the_far_fast_mirror_switches_once_and_the_near_one_makes_the_corrections(
+    tmp_path: Path,
+) -> None:
+    """A far fast mirror (40 Mbit/s, 200 ms: a new range costs it ~1.4 s of its rate,
+    two round trips and a slow start) and a near slow one (4 Mbit/s, 20 ms: a few
+    hundredths). When the far one's half of the even start ends, it takes all of the
+    near one's range but about a second of its work (tail.uneven_split), and runs on
+    to the end on it; the near one, soon dry, takes its share back from the top of the
+    far one's range, in chunks, however far off the far one's rate read in its ramp.
+    Split to finish together, a far flow ran dry first on a wrong rate and switched
+    again (lab r17, r48: 1.70-1.84x the bound against 1.64-1.69x)."""
+    size = 20 * 1024 * 1024 + 11
+    src = tmp_path / "data.bin"
+    digest = make_file(src, size, seed=29)
+    specs = [
+        MirrorSpec(rate_bps=40 * MBIT, rtt_ms=200, kind="pure-ftpd", name="far"),
+        MirrorSpec(rate_bps=4 * MBIT, rtt_ms=20, name="near"),
+    ]
+    with Lab(specs, files={"data.bin": src}) as lab:
+        far_url, near_url = (m.ftp_url("data.bin") for m in lab.mirrors)
+        summary, out = download_dynamic(lab, tmp_path, digest, [far_url, near_url])
+    assert summary["sha256_verified"] and out.stat().st_size == size
+    by_url = {m["url"]: m for m in summary["mirrors"]}
+    far, near = by_url[far_url], by_url[near_url]
+    stolen = [(e["at_s"], e["mirror"], e["detail"]) for e in summary["events"]
+              if e["kind"] == "stolen"]
+    print({m["name"]: (m["bytes"], m["ranges"], m["ranges_ahead"]) for m in summary["mirrors"]},
+          summary["seconds"], stolen)
+    assert far["ranges"] == 2  # its half, then the near one's range: one switch
+    from_near = [(at, d) for at, who, d in stolen if who == far["name"]]
+    assert len(from_near) == 1
+    # the near one kept about a second of its work: at most what 4 Mbit/s fetches
+    # from its half's start by the steal, and 1.5 s more (split to finish together:
+    # ~2.3 s)
+    at, detail = from_near[0]
+    split = int(re.match(r"took \[(\d+), ", detail).group(1))
+    assert split - size // 2 <= (at + 1.5) * 4 * MBIT / 8
+    # the near one took from the far one's top afterwards (once or more)
+    assert any(who == near["name"] and far["name"] in d for _, who, d in stolen)
+    assert near["ranges"] >= 2
     assert summary["duplicate_bytes"] <= 0.01 * size

@@ -488,3 +488,70 @@ def test_a_switch_is_costed_in_round_trips_until_one_is_measured():
     assert switch_latency_s(None, 0.16, 1, 0.05) == pytest.approx(0.16)
     assert switch_latency_s(None, 0.08, 2, 0.05) == pytest.approx(0.16)
     assert switch_latency_s(None, 0.0, 2, 0.05) == 0.05
+
+
+def _far_and_near_steal(
+    victim_switch_s: float | None, thief_switch_s: float, *, thief_rate: float,
+    victim_rate: float, left: int,
+) -> tuple[Steal, LaneView]:
+    size = 200 * MIB
+    victim = LaneView(1, reserved=50 * MIB, end=50 * MIB + left, rate=victim_rate,
+                      switch_s=victim_switch_s)
+    move = plan_tail_move(
+        [victim], thief_rate=thief_rate, thief_latency_s=thief_switch_s,
+        grid=PieceGrid(size, split_unit(256 * KIB)), duplicate_budget_left=0,
+        thief_switch_s=thief_switch_s,
+    )
+    assert isinstance(move, Steal)
+    return move, victim
+
+
+def test_a_far_fast_thief_takes_all_but_a_second_of_a_near_victims_range():
+    """A 50 Mbit/s flow 250 ms away (a new range costs it ~2 s of its rate: two round
+    trips and a slow start) runs dry beside a 5.6 Mbit/s one 40 ms away with 10 MB
+    left. Split to finish together, the far one took 8.8 MB and, on a wrong rate,
+    ran dry first again and switched again; now it takes all but about a second of
+    the near one's work, and the near one, whose switch costs ~0.1 s, takes its share
+    back from the far one's top when it runs dry."""
+    far, near = 6_250_000.0, 700_000.0
+    even, victim = _far_and_near_steal(None, 2.0, thief_rate=far, victim_rate=near,
+                                       left=10_000_000)
+    uneven, _ = _far_and_near_steal(0.1, 2.0, thief_rate=far, victim_rate=near,
+                                    left=10_000_000)
+    kept_even = even.split - victim.reserved
+    kept = uneven.split - victim.reserved
+    assert kept_even > 1_500_000  # (the even finish: ~2.3 s of the near one's work)
+    assert near * 1.0 <= kept < near * 1.0 + 16 * KIB  # CHEAP_KEEPS_S, on the split grid
+    assert uneven.end == even.end == victim.end
+    # switches alike (both far, or both near): the even finish stands
+    for victim_switch in (1.5, 2.0, 3.0):
+        alike, _ = _far_and_near_steal(victim_switch, 2.0, thief_rate=far, victim_rate=near,
+                                       left=10_000_000)
+        assert alike == even
+    # a dear thief slower than its victim keeps to the even finish too
+    slow, _ = _far_and_near_steal(0.1, 1.2, thief_rate=2_000_000.0, victim_rate=far,
+                                  left=40_000_000)
+    slow_even, _ = _far_and_near_steal(None, 1.2, thief_rate=2_000_000.0, victim_rate=far,
+                                       left=40_000_000)
+    assert slow == slow_even
+
+
+def test_a_near_thief_takes_a_far_fast_victims_top_in_chunks():
+    """The other way round: the near flow takes at most CHUNK_S (2 s) of its own work
+    from the far one's top at a time, not its share of the finish (~10 % of 40 MB),
+    so that a far victim read slow in its ramp is not left too little and made to
+    switch; it comes back for more."""
+    far, near = 6_250_000.0, 700_000.0
+    even, victim = _far_and_near_steal(None, 0.1, thief_rate=near, victim_rate=far,
+                                       left=40_000_000)
+    chunked, _ = _far_and_near_steal(2.0, 0.1, thief_rate=near, victim_rate=far,
+                                     left=40_000_000)
+    assert victim.end - even.split > 3_500_000
+    taken = victim.end - chunked.split
+    assert 2.0 * near - 16 * KIB < taken <= 2.0 * near
+    # near the end the even finish takes less than a chunk: it stands
+    end_even, _ = _far_and_near_steal(None, 0.1, thief_rate=near, victim_rate=far,
+                                      left=8_000_000)
+    end_chunked, _ = _far_and_near_steal(2.0, 0.1, thief_rate=near, victim_rate=far,
+                                         left=8_000_000)
+    assert end_chunked == end_even

@@ -3320,6 +3320,7 @@ class DownloadEngine:
                 ln.id, ln.reserved, ln.owned_end, rate,
                 ln.shadow is not None, floor=self._cut_floor(ln, shared),
                 owner=ln.flow.id, on_trial=ln.flow.id in on_trial and rate != 0,
+                switch_s=self._switch_cost(ln.flow, rate),
             )
             for ln in self.lanes.values()
             if ln.kind == "normal"
@@ -3331,14 +3332,14 @@ class DownloadEngine:
         ]
         if thief_rate is None:
             thief_rate = flow.rate_estimate(now)
+        switch_s = self._switch_cost(flow, thief_rate)
         return plan_tail_move(
             views,
             thief_rate=thief_rate,
-            thief_latency_s=(
-                self._switch_cost(flow, thief_rate) if free_in_s is None else free_in_s
-            ),
+            thief_latency_s=switch_s if free_in_s is None else free_in_s,
             grid=self.split_grid,
             duplicate_budget_left=self.duplicate_budget_left,
+            thief_switch_s=switch_s,
         )
 
     def _lane_rate(self, lane: Lane, now: float) -> float | None:

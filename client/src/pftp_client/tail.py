@@ -53,6 +53,18 @@ BULK_STEAL = 1.0
 BULK_GAIN = 1.5
 # A duplicate must be expected to take less than this share of the victim's time.
 DUPLICATE_ADVANTAGE = 0.5
+# Switch costs (engine._switch_cost: request round trips and the new connection's
+# slow start) this far apart, the dearer at least DEAR_SWITCH_S: the two flows'
+# switches are not alike, and the cheap one makes the corrections (plan_steal).
+SWITCH_RATIO = 4.0
+DEAR_SWITCH_S = 1.0
+# What a cheap victim keeps from a dear thief: this long of its own work, while
+# its next range is planned (and begun ahead on a far path).
+CHEAP_KEEPS_S = 1.0
+# A cheap thief takes at most this long of its own work from a dear victim's top
+# at a time, or CHUNK_SWITCHES of its own switches, whichever is longer.
+CHUNK_S = 2.0
+CHUNK_SWITCHES = 10.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,8 @@ class LaneView:
     # A connection on trial (engine._start_trial): taken from only when no other
     # lane gives a steal (plan_tail_move).
     on_trial: bool = False
+    # What a new range costs its flow, seconds (engine._switch_cost); None: unknown.
+    switch_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -188,7 +202,13 @@ def plan_steal(
     thief_latency_s: float,
     grid: PieceGrid,
     share_s: float | None = None,
+    thief_switch_s: float | None = None,
 ) -> Steal | None:
+    """The steal of ``victim``'s end that has both flows finish together
+    (module docstring), when it gains; then moved where the flows' switches are
+    not alike (uneven_split). ``thief_switch_s``: what a new range costs the
+    thief (default ``thief_latency_s``; planned ahead, the latency is when it
+    is free)."""
     remaining = victim.end - victim.reserved
     if remaining <= 0:
         return None
@@ -221,7 +241,53 @@ def plan_steal(
             after < MIN_GAIN * before and before - after >= thief_latency_s
         ):
             return None
+    split = uneven_split(
+        victim, split, thief_rate,
+        thief_latency_s if thief_switch_s is None else thief_switch_s, grid,
+    )
     return Steal(victim.lane_id, split, victim.end)
+
+
+def dearer(a: float | None, b: float | None) -> bool:
+    """Is a switch costing ``a`` seconds dear beside one costing ``b``?"""
+    return a is not None and b is not None and a >= DEAR_SWITCH_S and a >= SWITCH_RATIO * b
+
+
+def uneven_split(
+    victim: LaneView, split: int, thief_rate: float | None, thief_switch_s: float,
+    grid: PieceGrid,
+) -> int:
+    """Where to cut ``victim`` when its flow's switches and the thief's are not
+    alike (a far fast mirror's new connection spends seconds in slow start; a near
+    one's is up to speed in a few milliseconds): the cheap flow makes the
+    corrections, so that the dear one runs on to the end on the range it has.
+    - A dear thief at least as fast takes all of a cheap victim's range but
+      CHEAP_KEEPS_S of its work: the victim, soon dry, takes its share back from
+      the top of the thief's new range, which then only ever ends early. (Split to
+      finish together, a wrong rate, a ramp read slow, had the far flow run dry
+      first and switch again: r17, a 57.9 Mbit/s mirror 250 ms away switched four
+      times.)
+    - A cheap thief takes from a dear victim's top at most CHUNK_S of its own
+      work at a time (or CHUNK_SWITCHES of its switches): it comes back for more
+      when the victim's rate is known better, rather than leave a victim read slow
+      in its ramp so little that it runs dry before the thief and switches.
+    ``split`` (the even finish's cut) otherwise."""
+    mine = victim.switch_s
+    if (
+        mine is None or thief_rate is None or thief_rate <= 0
+        or victim.rate is None or victim.rate <= 0
+    ):
+        return split
+    if dearer(thief_switch_s, mine) and thief_rate >= victim.rate:
+        keep = grid.align_up(max(victim.reserved + math.ceil(victim.rate * CHEAP_KEEPS_S),
+                                 victim.floor))
+        return min(split, keep)
+    if dearer(mine, thief_switch_s):
+        chunk = math.floor(thief_rate * max(CHUNK_S, CHUNK_SWITCHES * thief_switch_s))
+        capped = grid.align_up(victim.end - chunk)
+        if capped < victim.end:
+            return max(split, capped)
+    return split
 
 
 def plan_duplicate(
@@ -252,6 +318,7 @@ def plan_tail_move(
     thief_latency_s: float,
     grid: PieceGrid,
     duplicate_budget_left: int,
+    thief_switch_s: float | None = None,
 ) -> Steal | Duplicate | None:
     """Steal from the lane that finishes last; failing that, maybe race its end.
     Lanes of connections on trial are left out while another lane gives a steal:
@@ -263,10 +330,11 @@ def plan_tail_move(
     if any(v.on_trial for v in lanes):
         steal = _plan_steal_among(
             [v for v in lanes if not v.on_trial], lanes, thief_rate, thief_latency_s, grid,
+            thief_switch_s,
         )
         if steal is not None:
             return steal
-    steal = _plan_steal_among(lanes, lanes, thief_rate, thief_latency_s, grid)
+    steal = _plan_steal_among(lanes, lanes, thief_rate, thief_latency_s, grid, thief_switch_s)
     if steal is not None:
         return steal
     victim = choose_victim(lanes)
@@ -279,7 +347,7 @@ def plan_tail_move(
 
 def _plan_steal_among(
     victims: Sequence[LaneView], lanes: Sequence[LaneView], thief_rate: float | None,
-    thief_latency_s: float, grid: PieceGrid,
+    thief_latency_s: float, grid: PieceGrid, thief_switch_s: float | None = None,
 ) -> Steal | None:
     """plan_tail_move's steal with the victim one of ``victims``; shares of the work
     left still count every lane."""
@@ -289,10 +357,12 @@ def _plan_steal_among(
     if thief_rate is not None:
         victim = _rated(victim, lanes)
     share_s = share_until_s(lanes, thief_rate, thief_latency_s)
-    steal = _steal_from(lanes, victim, thief_rate, thief_latency_s, grid, share_s)
+    steal = _steal_from(lanes, victim, thief_rate, thief_latency_s, grid, share_s,
+                        thief_switch_s)
     if steal is None:
         return None
-    return _bulkier_steal(victims, lanes, steal, thief_rate, thief_latency_s, grid, share_s)
+    return _bulkier_steal(victims, lanes, steal, thief_rate, thief_latency_s, grid, share_s,
+                          thief_switch_s)
 
 
 def _rated(victim: LaneView, lanes: Sequence[LaneView]) -> LaneView:
@@ -308,18 +378,19 @@ def _rated(victim: LaneView, lanes: Sequence[LaneView]) -> LaneView:
 def _steal_from(
     lanes: Sequence[LaneView], victim: LaneView, thief_rate: float | None,
     thief_latency_s: float, grid: PieceGrid, share_s: float | None,
+    thief_switch_s: float | None = None,
 ) -> Steal | None:
     """plan_steal with the victim held to its share of all the work left only
     when other flows will run dry before the common finish (others_run_dry)."""
     if share_s is not None and not others_run_dry(lanes, victim, share_s, thief_latency_s):
         share_s = None
-    return plan_steal(victim, thief_rate, thief_latency_s, grid, share_s)
+    return plan_steal(victim, thief_rate, thief_latency_s, grid, share_s, thief_switch_s)
 
 
 def _bulkier_steal(
     victims: Sequence[LaneView], lanes: Sequence[LaneView], steal: Steal,
     thief_rate: float | None, thief_latency_s: float, grid: PieceGrid,
-    share_s: float | None,
+    share_s: float | None, thief_switch_s: float | None = None,
 ) -> Steal:
     """``steal`` (from the lane that finishes last), or a larger one from another
     lane when ``steal`` is small against what the switch costs the thief (its rate
@@ -340,7 +411,8 @@ def _bulkier_steal(
         v = _rated(v, lanes)
         if v.rate is None:
             continue
-        other = _steal_from(lanes, v, thief_rate, thief_latency_s, grid, share_s)
+        other = _steal_from(lanes, v, thief_rate, thief_latency_s, grid, share_s,
+                            thief_switch_s)
         if other is not None and other.end - other.split > BULK_GAIN * (best.end - best.split):
             best = other
     return best
