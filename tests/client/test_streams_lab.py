@@ -1024,3 +1024,37 @@ def test_the_coordinator_advises_connections_to_a_mirror_that_limits_each(
     held = next(m for m in summary["mirrors"] if m["name"] == "held")
     # one connection cannot carry more than LIMIT: the advised ones did
     assert held["bytes"] / held["seconds"] > 1.5 * LIMIT
+
+
+@pytest.mark.lab
+def test_on_a_long_path_a_trial_tries_four_times_the_connections_at_once(
+    tmp_path: Path,
+) -> None:
+    """vsftpd at 1 MB/s per connection behind a 20 Mbit/s link (2.5 MB/s), 120 ms
+    away, the early and long looks off (as when they missed): the monitor round's
+    idle signal (busy ~40 % of the time: one more, streams.streams_to_add) tries three
+    more at once, as a trial round there costs seconds (connect, login, request, slow
+    start, ten round trips of warm-up before the judgement: lab r41, a second
+    connection 4 s in and no third before an outage at 7 s). The judgement keeps
+    those that paid (engine._judge_trial, streams.kept_streams)."""
+    src = tmp_path / "data.bin"
+    digest = make_file(src, SIZE, seed=6)
+    spec = MirrorSpec(rate_bps=20 * MBIT, kind="vsftpd", conn_rate_Bps=LIMIT, rtt_ms=120,
+                      name="limited")
+    out = tmp_path / "out" / "data.bin"
+    out.parent.mkdir()
+    out.parent.chmod(0o777)
+    with Lab([spec], files={"data.bin": src}) as lab:
+        summary, stderr = _api_download(
+            lab, out, digest,
+            "stream_early_first_s=60.0, stream_early_s=60.0, stream_long_every_s=0.0",
+            "access_bandwidth_bps=None")
+    started = [float(ln.split()[0]) for ln in stderr.splitlines()
+               if ": stream: another connection: its connection idle" in ln]
+    print(summary["seconds"], started,
+          [e["detail"] for e in summary["events"] if e["kind"] == "stream"])
+    assert len(started) >= 3
+    assert max(started[:3]) - min(started[:3]) < 0.05  # one trial, three connections
+    assert summary["mirrors"][0]["bytes"] == SIZE
+    # one connection carries LIMIT: the others paid
+    assert SIZE / summary["seconds"] > 1.4 * LIMIT
