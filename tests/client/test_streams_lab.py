@@ -874,6 +874,23 @@ def test_a_limited_server_gets_the_connections_its_path_takes(tmp_path: Path) ->
     assert SIZE / summary["seconds"] > 2.5 * LIMIT
 
 
+def _idle_trial_download(
+    tmp_path: Path, spec: MirrorSpec, config: str, options: str
+) -> tuple[dict, str, list[float]]:
+    """_api_download of SIZE bytes from the one mirror ``spec``: (summary, log,
+    times of the extra connections opened on the monitor round's idle signal)."""
+    src = tmp_path / "data.bin"
+    digest = make_file(src, SIZE, seed=6)
+    out = tmp_path / "out" / "data.bin"
+    out.parent.mkdir()
+    out.parent.chmod(0o777)
+    with Lab([spec], files={"data.bin": src}) as lab:
+        summary, stderr = _api_download(lab, out, digest, config, options)
+    started = [float(ln.split()[0]) for ln in stderr.splitlines()
+               if ": stream: another connection: its connection idle" in ln]
+    return summary, stderr, started
+
+
 @pytest.mark.lab
 def test_a_trial_that_scaled_is_kept_without_waiting_for_the_round(tmp_path: Path) -> None:
     """vsftpd at 1 MB/s per connection behind 40 Mbit/s, the early look off (as
@@ -882,19 +899,10 @@ def test_a_trial_that_scaled_is_kept_without_waiting_for_the_round(tmp_path: Pat
     judged (here 0.3 s past its first data), not at the next round (1 s after the
     trial), and a mirror with room left would get the next ones then
     (engine._judge_trial clear_only, _double_now)."""
-    src = tmp_path / "data.bin"
-    digest = make_file(src, SIZE, seed=6)
     spec = MirrorSpec(rate_bps=40 * MBIT, kind="vsftpd", conn_rate_Bps=LIMIT, name="limited")
-    out = tmp_path / "out" / "data.bin"
-    out.parent.mkdir()
-    out.parent.chmod(0o777)
-    with Lab([spec], files={"data.bin": src}) as lab:
-        summary, stderr = _api_download(
-            lab, out, digest,
-            "stream_early_first_s=60.0, stream_early_s=60.0, stream_judge_s=0.3",
-            "max_connections=2, access_bandwidth_bps=None")
-    started = [float(ln.split()[0]) for ln in stderr.splitlines()
-               if ": stream: another connection: its connection idle" in ln]
+    summary, stderr, started = _idle_trial_download(
+        tmp_path, spec, "stream_early_first_s=60.0, stream_early_s=60.0, stream_judge_s=0.3",
+        "max_connections=2, access_bandwidth_bps=None")
     kept = [float(ln.split()[0]) for ln in stderr.splitlines() if ": kept (" in ln]
     print(summary["seconds"], started, kept)
     assert len(started) == 1 and len(kept) == 1
@@ -1037,20 +1045,11 @@ def test_on_a_long_path_a_trial_tries_four_times_the_connections_at_once(
     start, ten round trips of warm-up before the judgement: lab r41, a second
     connection 4 s in and no third before an outage at 7 s). The judgement keeps
     those that paid (engine._judge_trial, streams.kept_streams)."""
-    src = tmp_path / "data.bin"
-    digest = make_file(src, SIZE, seed=6)
     spec = MirrorSpec(rate_bps=20 * MBIT, kind="vsftpd", conn_rate_Bps=LIMIT, rtt_ms=120,
                       name="limited")
-    out = tmp_path / "out" / "data.bin"
-    out.parent.mkdir()
-    out.parent.chmod(0o777)
-    with Lab([spec], files={"data.bin": src}) as lab:
-        summary, stderr = _api_download(
-            lab, out, digest,
-            "stream_early_first_s=60.0, stream_early_s=60.0, stream_long_every_s=0.0",
-            "access_bandwidth_bps=None")
-    started = [float(ln.split()[0]) for ln in stderr.splitlines()
-               if ": stream: another connection: its connection idle" in ln]
+    summary, _stderr, started = _idle_trial_download(
+        tmp_path, spec, "stream_early_first_s=60.0, stream_early_s=60.0, stream_long_every_s=0.0",
+        "access_bandwidth_bps=None")
     print(summary["seconds"], started,
           [e["detail"] for e in summary["events"] if e["kind"] == "stream"])
     assert len(started) >= 3
