@@ -844,8 +844,10 @@ def test_a_whole_second_limits_first_pause_gets_connections_while_it_lasts(
     later). The count is read as if the pause lasted as long again (38 of ~10
     Mbit/s: 4 or 5 in all; up to 7 when the silence came after a shorter first
     burst); the trial pays."""
+    # (a silence no longer than a gap before it, the head start's hand-over to
+    # the engine, is left to the first-pause rule: 1 download in 7 here)
     summary = _found_within(tmp_path, 1.2, ("then nothing for", "server took a new connection"),
-                            http=True, link_mbit=40, limit=1_250_000,
+                            tries=3, http=True, link_mbit=40, limit=1_250_000,
                             size=24 * 1024 * 1024)
     started, ended = _stream_events(summary)
     assert started and not ended
