@@ -104,6 +104,21 @@ def test_one_long_stop_is_not_a_sender_that_pauses() -> None:
     assert idle_share(t, n, 0) is None
 
 
+def test_regular_pauses_as_long_as_a_stop_are_still_a_senders() -> None:
+    # vsftpd held to 0.55 MB/s behind 13.1 Mbit/s: a 64 KiB burst (45 segments,
+    # 0.9 ms apart) every 120 ms, pauses of ~80 ms, read over 0.7 s: each pause is
+    # over 0.15 of the window, but there are five of them alike
+    bursts = [k * 0.12 + i * 0.0009 for k in range(6) for i in range(45)]
+    t, n = _arrivals(bursts)
+    idle = idle_share(t, n, 0)
+    assert idle is not None and idle > 0.5
+    # two such stops in the window are still no sender's pauses
+    smooth = np.arange(600) * 0.0012
+    two = np.concatenate([smooth[:200], smooth[200:400] + 0.25, smooth[400:] + 0.5])
+    t, n = _arrivals(two)
+    assert idle_share(t, n, 0) is None
+
+
 def test_even_bursts_with_long_pauses_between_are_a_servers_limit() -> None:
     # vsftpd at 1.25 MB/s behind 40 Mbit/s: 64 KiB (45 segments at the link's
     # pace, 0.29 ms apart) every 52 ms, for 0.4 s
