@@ -2179,9 +2179,7 @@ class DownloadEngine:
         if not numpy_preload.ready() or self._trials_barred(self._aggregate.rate(now)):
             return
         cfg = self.cfg
-        ask = getattr(f.fetcher, "out_of_order", None)
-        counts = ask() if ask is not None else None
-        loss = loss_share(None, counts) if counts is not None else None
+        loss = self._loss_so_far(f)
         if loss is not None and loss >= cfg.stream_loss_share:
             return  # (a sender's recovery from losses, not its pause)
         first = f.first_arrival if f.first_arrival is not None else f.first_data
@@ -2194,17 +2192,26 @@ class DownloadEngine:
         # carried from its first data over that time. Read over the pause so far,
         # 1.3 MB in 0.8 s opened 3 connections where nginx's 10 Mbit/s limit
         # needed 4, and the kept trial's first allowances read as a path filled)
-        held = rate_since(times, sizes, first, now) * (now - first) / (2 * now - first - since)
+        got = float(sizes[times >= int(first * 1e9)].sum())
+        held = got / (since - first + 2 * (now - since))
         # (as the other looks: the bursts cross at stream_long_pace times the rate
         # held. A server frozen after 8.7 MB at the path's 38 Mbit/s in 1.8 s reads
         # 1.3 times; nginx's first allowance, 1.3 MB in 0.5 s, 3.8 times)
-        if not path or not held or not bursts_outpace(path, held, self.cfg.stream_long_pace):
+        if not path or not held or not bursts_outpace(path, held, cfg.stream_long_pace):
             return
         why = (f"its first {f.stats.received / 1e6:.1f} MB came at {path * 8 / 1e6:.1f} "
                f"Mbit/s, then nothing for {now - since:.2f} s while its server took a "
                "new connection at once")
         self._log(f"{f.id}: {why}")
         self._start_looked([(f, 2.0, "pauses", why)], {f.id: held}, {f.id: path}, now)
+
+    @staticmethod
+    def _loss_so_far(f: Flow) -> float | None:
+        """Share of ``f``'s data connection's segments out of order since it began
+        (streams.loss_share), where its transport counts them."""
+        ask = getattr(f.fetcher, "out_of_order", None)
+        counts = ask() if ask is not None else None
+        return loss_share(None, counts) if counts is not None else None
 
     @staticmethod
     def _burst_rates(
@@ -2393,9 +2400,7 @@ class DownloadEngine:
             # (bursts at about its mean's pace: the gaps are stalls, such as a
             # slow link's loss recovery, not a server's sleeps)
             paused = False
-        ask = getattr(f.fetcher, "out_of_order", None)
-        counts = ask() if ask is not None and (paused or bursts) else None
-        lost = loss_share(None, counts) if counts is not None else None
+        lost = self._loss_so_far(f) if paused or bursts else None
         if lost is not None and lost >= self.cfg.stream_loss_share:
             # (a path that drops its segments: the pauses are loss recovery. Lab,
             # selection-table1: 8 mirrors in slow start into a 40 Mbit/s link,
@@ -2484,11 +2489,8 @@ class DownloadEngine:
                 continue
             if f.id in self._stream_trials or self._streams_of(f.id, live=True):
                 continue
-            ask = getattr(f.fetcher, "out_of_order", None)
-            counts = ask() if ask is not None else None
-            loss = loss_share(None, counts) if counts is not None else None
             times, sizes = self._arrivals(f)
-            found = self._long_look(f, times, sizes, now, loss)
+            found = self._long_look(f, times, sizes, now, self._loss_so_far(f))
             if found is None:
                 continue
             f.long_done = True
